@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, the Debian packages Strata builds against, and only the
+# ones that are missing. Quiet and quick when everything is already there.
+# CUDA is not installed here: the build uses it when a toolkit is present.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake pkg-config
+  libglpk-dev libcli11-dev libyaml-cpp-dev liburing-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libdnnl-dev libpcre2-dev nlohmann-json3-dev
+  fio python3 python3-venv zstd
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
