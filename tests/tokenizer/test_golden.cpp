@@ -1,0 +1,12 @@
+// Golden ids from Hugging Face for the fixture tokenizers (cpu suite).
+#include "golden_runner.h"
+
+namespace strata {
+namespace {
+
+TEST(Golden, FixtureTokenizersMatchHuggingFace) {
+  test::run_golden(false);
+}
+
+}  // namespace
+}  // namespace strata
