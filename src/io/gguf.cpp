@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "io/one_line.h"
 
 namespace strata {
 
@@ -155,6 +156,15 @@ std::string ggml_type_name(uint32_t t) {
 }
 
 GgufFile::GgufFile(std::string path) : file_(std::move(path)) {
+  try {
+    parse();
+  } catch (const Error& e) {
+    // Keys and names in the file are arbitrary bytes: keep the message on one line.
+    throw Error(one_line(e.what()));
+  }
+}
+
+void GgufFile::parse() {
   const std::string& p = file_.path();
   Cursor c(file_);
   const uint32_t magic = c.read<uint32_t>("the magic number");
@@ -304,6 +314,9 @@ std::optional<int64_t> GgufFile::get_int(std::string_view key) const {
   if (!is_int_type(v->type)) {
     fail("{}: metadata '{}' has type {}, expected an integer", path(), key, gguf_type_name(v->type));
   }
+  if (v->type == GgufType::kU64 && v->u > static_cast<uint64_t>(INT64_MAX)) {
+    fail("{}: metadata '{}' value {} is out of range", path(), key, v->u);
+  }
   return v->i;
 }
 
@@ -311,6 +324,7 @@ std::optional<double> GgufFile::get_float(std::string_view key) const {
   const GgufValue* v = find(key);
   if (!v) return std::nullopt;
   if (v->type == GgufType::kF32 || v->type == GgufType::kF64) return v->f;
+  if (v->type == GgufType::kU64) return static_cast<double>(v->u);
   if (is_int_type(v->type) && v->type != GgufType::kBool) return static_cast<double>(v->i);
   fail("{}: metadata '{}' has type {}, expected a number", path(), key, gguf_type_name(v->type));
 }

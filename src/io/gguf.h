@@ -98,6 +98,7 @@ class GgufFile {
   const GgufTensorInfo* find_tensor(std::string_view name) const;
 
  private:
+  void parse();
   MappedFile file_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;

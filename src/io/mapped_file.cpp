@@ -27,6 +27,7 @@ MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
     fail("{}: not a regular file", path_);
   }
   size_ = static_cast<uint64_t>(st.st_size);
+  mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -44,7 +45,7 @@ MappedFile::~MappedFile() {
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)), data_(other.data_), size_(other.size_) {
+    : path_(std::move(other.path_)), data_(other.data_), size_(other.size_), mtime_ns_(other.mtime_ns_) {
   other.data_ = nullptr;
   other.size_ = 0;
 }
@@ -55,6 +56,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     path_ = std::move(other.path_);
     data_ = other.data_;
     size_ = other.size_;
+    mtime_ns_ = other.mtime_ns_;
     other.data_ = nullptr;
     other.size_ = 0;
   }

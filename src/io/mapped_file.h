@@ -24,6 +24,9 @@ class MappedFile {
 
   const std::string& path() const { return path_; }
   uint64_t size() const { return size_; }
+  // Modification time when mapped (ns since the epoch): with size(), the
+  // file's identity for checks that a derived file is still current.
+  int64_t mtime_ns() const { return mtime_ns_; }
   const std::byte* data() const { return data_; }
   std::span<const std::byte> bytes() const { return {data_, size_}; }
 
@@ -39,6 +42,7 @@ class MappedFile {
   std::string path_;
   const std::byte* data_ = nullptr;
   uint64_t size_ = 0;
+  int64_t mtime_ns_ = 0;
 };
 
 }  // namespace strata

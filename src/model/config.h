@@ -10,9 +10,12 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace strata {
+
+class GgufFile;
 
 enum class Family { kOpt, kLlama };
 enum class NormKind { kLayerNorm, kRmsNorm };
@@ -60,9 +63,41 @@ struct ModelConfig {
   RopeLayout rope_layout = RopeLayout::kNone;
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;
+  // GGUF llama files converted from a model with llama3 RoPE scaling carry the
+  // scaling as per-dimension divisors of the inverse frequencies (tensor
+  // rope_freqs.weight): inv_freq[i] = theta^(-2i/head_dim) / rope_freq_factors[i].
+  // Empty otherwise; when set, rope_scaling.type is kNone.
+  std::vector<float> rope_freq_factors;  // [head_dim/2]
+  // Mistral: each token attends to at most this many previous positions
+  // (itself included); 0 = no window.
+  int64_t sliding_window = 0;
   int64_t bos_id = -1;
   std::vector<int64_t> eos_ids;
-  std::string source_dtype;  // "f16", "bf16", "f32", "q4_1", "mixed", ... for inspect
+  std::string source_dtype;  // "f16", "bf16", "f32", "q4a32", "mixed", ... for inspect
 };
+
+// Reads a Hugging Face config.json (and generation_config.json beside it, for
+// extra EOS ids). Supported: OPTForCausalLM (pre-LayerNorm, no projection),
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM. Throws Error naming
+// the file and the key for anything missing, malformed or unsupported.
+ModelConfig config_from_hf_json(const std::string& config_path);
+
+// Reads GGUF metadata ("llama", "qwen2"). Tied embeddings when the file has no
+// output.weight; llama3 RoPE factors from rope_freqs.weight when present.
+ModelConfig config_from_gguf(const GgufFile& gguf);
+
+// Checks the invariants the rest of Strata relies on (positive sizes, n_head a
+// multiple of n_kv_head, even head_dim with RoPE, ids inside the vocabulary);
+// throws Error naming `source` otherwise.
+void validate_config(const ModelConfig& c, const std::string& source);
+
+// Hugging Face architecture names this build reads.
+const std::vector<std::string_view>& supported_architectures();
+
+std::string_view family_name(Family f);         // "opt", "llama"
+std::string_view norm_name(NormKind n);         // "layer_norm", "rms_norm"
+std::string_view activation_name(Activation a); // "relu", "gelu", "silu"
+std::string_view rope_layout_name(RopeLayout l); // "none", "half", "interleaved"
+std::string_view rope_scaling_name(RopeScaling::Type t);  // "none", "linear", "llama3"
 
 }  // namespace strata

@@ -11,7 +11,11 @@
 //   attn_output.weight/.bias, ffn_norm.weight/.bias,
 //   ffn_gate.weight (Llama), ffn_up.weight/.bias, ffn_down.weight/.bias
 // (OPT's fc1 is ffn_up, fc2 is ffn_down). Linear weights are [out, in]
-// row-major, embeddings [n_vocab, n_embd], as both HF and GGUF store them.
+// row-major, embeddings [n_vocab, n_embd], as both HF and GGUF store them;
+// position_embd is [n_ctx + pos_offset, n_embd]. GGUF's rope_freqs.weight is
+// read into ModelConfig::rope_freq_factors, not listed here. Tensors of the
+// files that the model does not use (rotary inv_freq, a tied lm_head) are
+// ignored with a debug log.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,7 @@ namespace strata {
 
 class MappedFile;
 class GgufFile;
+class SafetensorsSet;
 
 struct TensorInfo {
   std::string name;             // canonical
@@ -85,8 +90,13 @@ class Model {
 
  private:
   Model();
+  void open_hf_dir(const std::string& dir);
+  void open_gguf_file(const std::string& path);
+  void finish();
+
   ModelDesc desc_;
-  std::vector<std::unique_ptr<MappedFile>> maps_;
+  std::vector<const MappedFile*> maps_;  // one per desc_.files, owned below
+  std::unique_ptr<SafetensorsSet> safetensors_;
   std::unique_ptr<GgufFile> gguf_;
 };
 
