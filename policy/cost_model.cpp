@@ -1,0 +1,460 @@
+// The cost model's terms and memory; see cost_model.h for the model itself.
+#include "policy/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace strata {
+
+namespace {
+
+constexpr double kActBytes = 2;  // activations and uncompressed KV are f16
+
+int frac_index(DataKind kind, Tier tier) {
+  STRATA_ASSERT(tier != Tier::kDisk);
+  return static_cast<int>(kind) * 2 + (tier == Tier::kGpu ? 0 : 1);
+}
+
+// max(flops / rate, bytes / bandwidth); bandwidth 0 means no memory term.
+double roofline(double flops, double rate, double bytes, double bandwidth) {
+  const double t = flops / rate;
+  return bandwidth > 0 ? std::max(t, bytes / bandwidth) : t;
+}
+
+}  // namespace
+
+Budgets budgets_of(const HardwareProfile& hw) {
+  return {hw.gpu_mem, hw.cpu_mem, hw.disk_mem};
+}
+
+std::string_view tier_name(Tier t) {
+  switch (t) {
+    case Tier::kGpu:
+      return "gpu";
+    case Tier::kCpu:
+      return "cpu";
+    case Tier::kDisk:
+      return "disk";
+  }
+  return "?";
+}
+
+std::string_view phase_name(Phase p) {
+  return p == Phase::kPrefill ? "prefill" : "decode";
+}
+
+std::string_view frac_name(Frac f) {
+  static constexpr std::string_view kNames[] = {"w_gpu",  "w_cpu",   "kv_gpu",
+                                                "kv_cpu", "act_gpu", "act_cpu"};
+  return kNames[static_cast<int>(f)];
+}
+
+Fractions fractions_of(const Policy& p) {
+  return {p.w_gpu, p.w_cpu, p.kv_gpu, p.kv_cpu, p.act_gpu, p.act_cpu};
+}
+
+void set_fractions(Policy& p, const Fractions& x) {
+  p.w_gpu = x[0];
+  p.w_cpu = x[1];
+  p.kv_gpu = x[2];
+  p.kv_cpu = x[3];
+  p.act_gpu = x[4];
+  p.act_cpu = x[5];
+}
+
+double Affine::operator()(const Fractions& x) const {
+  double v = constant;
+  double magnitude = std::fabs(constant);
+  for (int i = 0; i < kNumFracs; ++i) {
+    v += coef[i] * x[i];
+    magnitude += std::fabs(coef[i] * x[i]);
+  }
+  // 1 - gpu - cpu at gpu + cpu = 1 leaves rounding residue, not a quantity.
+  return std::fabs(v) <= 1e-12 * magnitude ? 0.0 : v;
+}
+
+Affine& Affine::operator+=(const Affine& o) {
+  constant += o.constant;
+  for (int i = 0; i < kNumFracs; ++i) coef[i] += o.coef[i];
+  return *this;
+}
+
+Affine operator*(double c, Affine a) {
+  a.constant *= c;
+  for (double& v : a.coef) v *= c;
+  return a;
+}
+
+Affine affine_constant(double c) {
+  Affine a;
+  a.constant = c;
+  return a;
+}
+
+Affine share(DataKind kind, Tier tier) {
+  Affine a;
+  if (tier == Tier::kDisk) {
+    a.constant = 1;
+    a.coef[frac_index(kind, Tier::kGpu)] = -1;
+    a.coef[frac_index(kind, Tier::kCpu)] = -1;
+  } else {
+    a.coef[frac_index(kind, tier)] = 1;
+  }
+  return a;
+}
+
+Affine StepCost::bound_seconds(size_t b) const {
+  Affine sum;
+  for (int t : bounds[b].terms) sum += terms[t].seconds;
+  return sum;
+}
+
+size_t StepCost::binding(const Fractions& x) const {
+  size_t best = 0;
+  double best_v = -1;
+  for (size_t b = 0; b < bounds.size(); ++b) {
+    const double v = bound_seconds(b)(x);
+    if (v > best_v * (1 + 1e-12)) {
+      best_v = v;
+      best = b;
+    }
+  }
+  return best;
+}
+
+std::string StepCost::bound_label(size_t b, const Fractions& x) const {
+  std::string out;
+  bool compute = false;
+  for (int t : bounds[b].terms) {
+    const std::string& name = terms[t].name;
+    const bool is_compute = name == "gemm" || name.rfind("attention", 0) == 0;
+    if (terms[t].seconds(x) <= 0 || (is_compute && compute)) continue;
+    compute = compute || is_compute;
+    out += (out.empty() ? "" : " + ") + (is_compute ? std::string("compute") : name);
+  }
+  return out.empty() ? bounds[b].name : out;
+}
+
+double StepCost::seconds(const Fractions& x) const {
+  double best = 0;
+  for (size_t b = 0; b < bounds.size(); ++b) best = std::max(best, bound_seconds(b)(x));
+  return best;
+}
+
+double CostModel::prefill_seconds(const Fractions& x) const {
+  return static_cast<double>(shape.n_layer) * prefill_layer.seconds(x) + prefill_head.seconds(x);
+}
+
+double CostModel::decode_seconds(const Fractions& x) const {
+  return static_cast<double>(work.gen_len - 1) *
+         (static_cast<double>(shape.n_layer) * decode_layer.seconds(x) + decode_head.seconds(x));
+}
+
+double CostModel::generated_tokens() const {
+  return static_cast<double>(batch.block_size()) * static_cast<double>(work.gen_len);
+}
+
+Policy normalize_policy(const Policy& p, const HardwareProfile& hw) {
+  if (!hw.unified_memory()) return p;
+  Policy q = p;
+  q.w_cpu = std::min(1.0, q.w_cpu + q.w_gpu);
+  q.kv_cpu = std::min(1.0, q.kv_cpu + q.kv_gpu);
+  q.act_cpu = std::min(1.0, q.act_cpu + q.act_gpu);
+  q.w_gpu = q.kv_gpu = q.act_gpu = 0;
+  q.cpu_attention = false;
+  return q;
+}
+
+CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
+                           const Policy& policy) {
+  if (work.prompt_len < 1) fail("--prompt-len: must be at least 1 (is {})", work.prompt_len);
+  if (work.gen_len < 1) fail("--gen-len: must be at least 1 (is {})", work.gen_len);
+  if (shape.max_context > 0 && work.prompt_len + work.gen_len > shape.max_context) {
+    fail(
+        "--prompt-len {} + --gen-len {} is longer than the {} tokens of context of {}; shorten "
+        "them",
+        work.prompt_len, work.gen_len, shape.max_context, shape.name);
+  }
+  validate_policy(policy, "policy");
+  validate_model_shape(shape, shape.name);
+  validate_hardware_profile(hw, hw.name);
+
+  CostModel m;
+  m.shape = shape;
+  m.hw = hw;
+  m.work = work;
+  m.batch = normalize_policy(policy, hw);
+  const Policy& pol = m.batch;
+  const bool unified = hw.unified_memory();
+  const bool cpu_attention = pol.cpu_attention;
+
+  const double L = static_cast<double>(shape.n_layer);
+  const double s = static_cast<double>(work.prompt_len);
+  const double n = static_cast<double>(work.gen_len);
+  const double g = static_cast<double>(pol.gpu_batch_size);
+  const double k = static_cast<double>(pol.num_gpu_batches);
+  const double B = g * k;
+  const double h = static_cast<double>(shape.hidden);
+  const double q_dim = static_cast<double>(shape.q_dim());
+  const double kv_dim = static_cast<double>(shape.kv_dim());
+  const double n_head = static_cast<double>(shape.n_head);
+  const double n_ff = static_cast<double>(shape.n_ff);
+  const double vocab = static_cast<double>(shape.vocab);
+  const double a = kActBytes;
+
+  const double w_bytes = pol.compress_weight.bytes_per_elem(shape.weight_bytes);
+  const double kv_bytes = pol.compress_kv.bytes_per_elem(kActBytes);
+  const double layer_elems = static_cast<double>(shape.layer_weight_elems());
+  const double head_elems = static_cast<double>(shape.head_weight_elems());
+  const double w_layer = layer_elems * w_bytes;  // one layer's weights
+  const double w_head = head_elems * w_bytes;    // the output head
+  const double w_total = L * w_layer + static_cast<double>(shape.global_weight_elems()) * w_bytes;
+  const double w_stream = std::max(w_layer, w_head);  // largest unit streamed at once
+  const double kv_token = 2 * kv_dim * kv_bytes;      // K and V of one token in one layer
+  const double hid_token = h * a;                     // hidden state of one token
+  const double flops_layer = 2 * layer_elems;         // per token
+  const double flops_head = 2 * head_elems;           // per token
+
+  // Context: KV stored per sequence at the end, attended per decode step on
+  // average (FlexGen's s + n/2), capped by the sparse budget.
+  const double ctx_end = s + n;
+  double ctx_attend = s + n / 2;
+  double ctx_stage = ctx_end;  // KV of one sequence staged for attention
+  if (pol.sparse_attention_budget > 0) {
+    const double budget = static_cast<double>(pol.sparse_attention_budget);
+    ctx_attend = std::min(ctx_attend, budget);
+    ctx_stage = std::min(ctx_stage, budget);
+  }
+
+  // Shares. "off" = not already on the compute device: streamed in and out.
+  auto gpu = [&](DataKind d) { return share(d, Tier::kGpu); };
+  auto disk = [&](DataKind d) { return share(d, Tier::kDisk); };
+  auto off = [&](DataKind d) { return unified ? disk(d) : affine_constant(1) + (-1.0) * gpu(d); };
+  const DataKind W = DataKind::kWeights, KV = DataKind::kKv, ACT = DataKind::kAct;
+
+  const double c2g = hw.cpu_to_gpu, g2c = hw.gpu_to_cpu, g2c_kv = hw.gpu_to_cpu_kv;
+  const double d2c = hw.disk_to_cpu, c2d = hw.cpu_to_disk, c2d_kv = hw.cpu_to_disk_kv;
+  const double dev_bw = hw.device_mem_bandwidth;
+
+  // Compute, seconds (constants for a fixed batch).
+  const double gemm_prefill =
+      k * roofline(g * s * flops_layer, hw.gemm_prefill_flops, w_layer, dev_bw);
+  const double attn_prefill = B * 4 * s * s * q_dim / hw.attention_prefill_flops;
+  const double gemm_decode = k * roofline(g * flops_layer, hw.gemm_decode_flops, w_layer, dev_bw);
+  const double attn_dev_seq =
+      roofline(4 * ctx_attend * q_dim, hw.attention_decode_flops, kv_token * ctx_attend, dev_bw);
+  const double attn_cpu_seq =
+      roofline(4 * ctx_attend * q_dim, hw.cpu_attention_rate(pol.gpu_batch_size, shape.hidden),
+               kv_token * ctx_attend, hw.cpu_mem_bandwidth);
+  const double head_prefill = k * roofline(g * flops_head, hw.gemm_prefill_flops, w_head, dev_bw);
+  const double head_decode = k * roofline(g * flops_head, hw.gemm_decode_flops, w_head, dev_bw);
+
+  // ---- prefill layer step ----
+  {
+    StepCost& st = m.prefill_layer;
+    const Affine d2c_s = (1 / d2c) * (w_layer * disk(W) + hid_token * s * B * disk(ACT));
+    const Affine c2d_s =
+        (kv_token * s * B / c2d_kv) * disk(KV) + (hid_token * s * B / c2d) * disk(ACT);
+    const Affine gemm = affine_constant(gemm_prefill);
+    const Affine attn = affine_constant(attn_prefill);
+    if (unified) {
+      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {"gemm", gemm}, {"attention", attn}};
+      st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2, 3}}};
+    } else {
+      const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * s * B * off(ACT));
+      const Affine g2c_s =
+          (kv_token * s * B / g2c_kv) * off(KV) + (hid_token * s * B / g2c) * off(ACT);
+      st.terms = {{"cpu->gpu", c2g_s},  {"disk->cpu", d2c_s}, {"gpu->cpu", g2c_s},
+                  {"cpu->disk", c2d_s}, {"gemm", gemm},       {"attention", attn}};
+      st.bounds = {
+          {"cpu->gpu + disk->cpu", {0, 1}}, {"gpu->cpu + cpu->disk", {2, 3}}, {"compute", {4, 5}}};
+    }
+  }
+  // ---- decode layer step ----
+  {
+    StepCost& st = m.decode_layer;
+    const Affine d2c_s = (1 / d2c) * (w_layer * disk(W) + hid_token * B * disk(ACT) +
+                                      kv_token * ctx_attend * B * disk(KV));
+    const Affine c2d_s = (1 / c2d) * (kv_token * B * disk(KV) + hid_token * B * disk(ACT));
+    const Affine gemm = affine_constant(gemm_decode);
+    if (unified) {
+      const Affine attn = affine_constant(B * attn_dev_seq);
+      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {"gemm", gemm}, {"attention", attn}};
+      st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2, 3}}};
+    } else {
+      // With CPU attention only q goes down and the attention output comes
+      // back; without it the KV held off the device is loaded every step.
+      const Affine kv_in =
+          cpu_attention ? (a * q_dim * B) * off(KV) : (kv_token * ctx_attend * B) * off(KV);
+      const Affine kv_out =
+          (kv_token * B) * off(KV) + (cpu_attention ? (a * q_dim * B) * off(KV) : Affine());
+      const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * B * off(ACT) + kv_in);
+      const Affine g2c_s = (1 / g2c) * (hid_token * B * off(ACT) + kv_out);
+      const Affine attn_dev = (B * attn_dev_seq) * (cpu_attention ? gpu(KV) : affine_constant(1));
+      const Affine attn_cpu = cpu_attention ? (B * attn_cpu_seq) * off(KV) : Affine();
+      st.terms = {{"cpu->gpu", c2g_s},          {"gpu->cpu", g2c_s}, {"disk->cpu", d2c_s},
+                  {"cpu->disk", c2d_s},         {"gemm", gemm},      {"attention (gpu)", attn_dev},
+                  {"attention (cpu)", attn_cpu}};
+      st.bounds = {{"cpu->gpu + gpu->cpu", {0, 1}},
+                   {"cpu->gpu + disk->cpu", {0, 2}},
+                   {"cpu->gpu + cpu->disk", {0, 3}},
+                   {"cpu->gpu + compute", {0, 4, 5, 6}}};
+    }
+  }
+  // ---- output head, once per step ----
+  for (Phase phase : {Phase::kPrefill, Phase::kDecode}) {
+    StepCost& st = phase == Phase::kPrefill ? m.prefill_head : m.decode_head;
+    const Affine gemm = affine_constant(phase == Phase::kPrefill ? head_prefill : head_decode);
+    const Affine d2c_s = (w_head / d2c) * disk(W);
+    if (unified) {
+      st.terms = {{"disk->cpu", d2c_s}, {"gemm", gemm}};
+      st.bounds = {{"disk->cpu", {0}}, {"compute", {1}}};
+    } else {
+      const Affine c2g_s = (w_head / c2g) * off(W);
+      st.terms = {{"cpu->gpu", c2g_s}, {"disk->cpu", d2c_s}, {"gemm", gemm}};
+      if (phase == Phase::kPrefill) {
+        st.bounds = {{"cpu->gpu + disk->cpu", {0, 1}}, {"compute", {2}}};
+      } else {
+        st.bounds = {{"cpu->gpu + disk->cpu", {0, 1}}, {"cpu->gpu + compute", {0, 2}}};
+      }
+    }
+  }
+
+  // ---- memory ----
+  // Working memory of one micro-batch on the device: the residual stream
+  // plus the largest stage's live tensors, for `tokens` new tokens per
+  // sequence attending over `ctx`. Attention scores are formed one sequence
+  // at a time ([n_head, tokens, ctx]).
+  auto working = [&](double tokens, double ctx) {
+    const double stages[] = {
+        a * g * tokens * (h + q_dim + 2 * kv_dim),                              // qkv
+        a * g * tokens * (2 * q_dim + 2 * kv_dim) + a * n_head * tokens * ctx,  // attention
+        a * g * tokens * (q_dim + h),                                           // output proj
+        a * g * tokens * (h + n_ff * (shape.gated_ffn ? 3 : 1)),                // ffn up/gate
+        a * g * tokens * (n_ff + h),                                            // ffn down
+        g * (a * h + 4 * vocab),                                                // logits (f32)
+    };
+    return a * g * tokens * h + *std::max_element(std::begin(stages), std::end(stages));
+  };
+  const Tier dev = unified ? Tier::kCpu : Tier::kGpu;
+  for (Phase phase : {Phase::kPrefill, Phase::kDecode}) {
+    const int ph = static_cast<int>(phase);
+    const bool pre = phase == Phase::kPrefill;
+    const double kv_ctx = pre ? s : ctx_end;  // KV held per sequence
+    const double act_tokens = pre ? s : 1;    // hidden states held per sequence
+    for (Tier tier : {Tier::kGpu, Tier::kCpu, Tier::kDisk}) {
+      TierMemory& tm = m.memory[static_cast<int>(tier)][ph];
+      tm.weights = w_total * share(W, tier);
+      tm.kv_cache = (kv_token * kv_ctx * B * L) * share(KV, tier);
+      tm.activations = (hid_token * act_tokens * B) * share(ACT, tier);
+    }
+    // Device: double buffers of what streams in, staging of activations in
+    // and out, the KV of a micro-batch going out (prefill) or coming in
+    // (decode without CPU attention), and the working memory.
+    TierMemory& dm = m.memory[static_cast<int>(dev)][ph];
+    dm.buffers += (2 * w_stream) * off(W);
+    dm.buffers += (2 * hid_token * act_tokens * g) * off(ACT);
+    if (pre) {
+      dm.buffers += (kv_token * s * g) * off(KV);
+    } else if (!cpu_attention) {
+      dm.buffers += (2 * kv_token * ctx_stage * g) * off(KV);
+    }
+    dm.buffers += affine_constant(pre ? working(s, s) : working(1, ctx_end));
+    if (!unified) {
+      // Host: relays of what comes from or goes to disk, and the CPU
+      // attention's scores and q/out of one micro-batch.
+      TierMemory& cm = m.memory[static_cast<int>(Tier::kCpu)][ph];
+      cm.buffers += (2 * w_stream) * disk(W);
+      cm.buffers += (2 * hid_token * act_tokens * g) * disk(ACT);
+      cm.buffers += (pre ? kv_token * s * g : 2 * kv_token * ctx_stage * g) * disk(KV);
+      if (!pre && cpu_attention)
+        cm.buffers += affine_constant(g * a * (n_head * ctx_end + 2 * q_dim));
+    }
+  }
+
+  if (unified) {
+    m.forced[static_cast<int>(Frac::kWGpu)] = 0;
+    m.forced[static_cast<int>(Frac::kKvGpu)] = 0;
+    m.forced[static_cast<int>(Frac::kActGpu)] = 0;
+  }
+  return m;
+}
+
+Prediction evaluate(const CostModel& m, const Policy& policy_in, const Budgets& budgets) {
+  const Policy policy = normalize_policy(policy_in, m.hw);
+  validate_policy(policy, "policy");
+  STRATA_ASSERT_MSG(policy.gpu_batch_size == m.batch.gpu_batch_size &&
+                        policy.num_gpu_batches == m.batch.num_gpu_batches &&
+                        policy.cpu_attention == m.batch.cpu_attention &&
+                        policy.compress_weight == m.batch.compress_weight &&
+                        policy.compress_kv == m.batch.compress_kv &&
+                        policy.sparse_attention_budget == m.batch.sparse_attention_budget,
+                    "cost model built for another batch shape");
+  const Fractions x = fractions_of(policy);
+  Prediction p;
+  const double B = static_cast<double>(policy.block_size());
+  const double s = static_cast<double>(m.work.prompt_len);
+  const double n = static_cast<double>(m.work.gen_len);
+  p.block_size = policy.block_size();
+  p.prefill_layer_s = m.prefill_layer.seconds(x);
+  p.decode_layer_s = m.decode_layer.seconds(x);
+  p.prefill_head_s = m.prefill_head.seconds(x);
+  p.decode_head_s = m.decode_head.seconds(x);
+  p.prefill_s = m.prefill_seconds(x);
+  p.decode_s = m.decode_seconds(x);
+  p.total_s = p.prefill_s + p.decode_s;
+  p.prefill_tokens_per_s = p.prefill_s > 0 ? B * s / p.prefill_s : 0;
+  p.decode_tokens_per_s = p.decode_s > 0 ? B * (n - 1) / p.decode_s : 0;
+  p.total_tokens_per_s = p.total_s > 0 ? B * n / p.total_s : 0;
+  for (const CostTerm& t : m.prefill_layer.terms)
+    p.prefill_terms.emplace_back(t.name, t.seconds(x));
+  for (const CostTerm& t : m.decode_layer.terms) p.decode_terms.emplace_back(t.name, t.seconds(x));
+  p.bound_prefill = m.prefill_layer.bound_label(m.prefill_layer.binding(x), x);
+  p.bound_decode = m.decode_layer.bound_label(m.decode_layer.binding(x), x);
+  p.bound_phase = p.decode_s > p.prefill_s ? Phase::kDecode : Phase::kPrefill;
+
+  const double budget[] = {budgets.gpu, budgets.cpu, budgets.disk};
+  for (int t = 0; t < kNumTiers; ++t) {
+    TierUse& u = p.memory[t];
+    u.budget = budget[t];
+    u.used = !(m.hw.unified_memory() && t == static_cast<int>(Tier::kGpu));
+    const TierMemory& pre = m.memory[t][0];
+    const TierMemory& dec = m.memory[t][1];
+    u.prefill = pre.total()(x);
+    u.decode = dec.total()(x);
+    const TierMemory& peak = u.decode >= u.prefill ? dec : pre;
+    u.peak = std::max(u.prefill, u.decode);
+    u.weights = peak.weights(x);
+    u.kv_cache = peak.kv_cache(x);
+    u.activations = peak.activations(x);
+    u.buffers = peak.buffers(x);
+    if (u.over()) p.fits = false;
+  }
+  return p;
+}
+
+Prediction predict(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
+                   const Policy& policy, const Budgets& budgets) {
+  return evaluate(build_cost_model(shape, hw, work, policy), policy, budgets);
+}
+
+std::string over_budget_message(const Prediction& p) {
+  static const char* kFlags[] = {"--gpu-mem", "--cpu-mem", "--disk-mem"};
+  static const char* kTierWords[] = {"GPU memory", "CPU memory", "disk"};
+  std::string out;
+  for (int t = 0; t < kNumTiers; ++t) {
+    const TierUse& u = p.memory[t];
+    if (!u.over()) continue;
+    if (!out.empty()) out += "; ";
+    out += fmt::format("needs {} of {}, {} is {}", format_bytes(u.peak), kTierWords[t], kFlags[t],
+                       format_bytes(u.budget));
+  }
+  return out;
+}
+
+}  // namespace strata

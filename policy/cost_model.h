@@ -1,0 +1,183 @@
+// The cost model: for a model shape, a hardware profile, a workload and a
+// policy, the time of one layer step in prefill and in decode, and the bytes
+// each tier holds. It follows FlexGen's model (experimental/cost_model.py of
+// FlexGen), generalised to grouped-query attention, gated FFNs, compression,
+// sparse attention, a choice of CPU attention, and a CPU compute device.
+//
+// Every quantity is an affine function of the six placement fractions
+// (weights, KV cache, activations on gpu / cpu; disk holds the rest), so
+// that the same numbers serve two callers: evaluate() plugs in a policy's
+// fractions, and the linear program (placement_lp.h) optimises over them.
+// The LP and the dry run therefore cannot disagree about a policy.
+//
+// Vocabulary: L layers, s prompt tokens, n generated tokens, g = gpu batch
+// size, k = number of gpu batches, B = g*k sequences per block. A step runs
+// one layer for the whole block (zig-zag schedule: weights loaded once per
+// layer, used by all k micro-batches). A step lasts at least each of its
+// bounds, and a bound is a sum of terms, as in FlexGen:
+//   prefill: max(cpu->gpu + disk->cpu, gpu->cpu + cpu->disk, compute)
+//   decode:  cpu->gpu + max(gpu->cpu, disk->cpu, cpu->disk, compute)
+// (disk reads relay through CPU memory on the host->device queue; in decode
+// the host->device copies do not overlap the CPU's attention work.)
+// A block takes L*prefill_layer + prefill_head + (n-1)*(L*decode_layer +
+// decode_head), the head being the output projection of each step.
+//
+// Transfer terms: bytes over the link's bandwidth. Compute: GEMM at the
+// device's prefill or decode rate with a roofline on reading the weights
+// from device memory, attention at the device's rate, or at the CPU's rate
+// (FlexGen's fitted small-batch correction included) for the KV held off the
+// device when cpu_attention is set, which takes that KV off the
+// host->device link. Compression shrinks weight and KV bytes. A sparse
+// attention budget caps the tokens read and attended per decode step.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "policy/hardware.h"
+#include "policy/model_shape.h"
+#include "policy/policy.h"
+
+namespace strata {
+
+struct Workload {
+  int64_t prompt_len = 512;
+  int64_t gen_len = 32;
+};
+
+// Memory budget of each tier, bytes.
+struct Budgets {
+  double gpu = 0;
+  double cpu = 0;
+  double disk = 0;
+};
+Budgets budgets_of(const HardwareProfile& hw);
+
+enum class Tier { kGpu, kCpu, kDisk };
+inline constexpr int kNumTiers = 3;
+std::string_view tier_name(Tier t);  // "gpu", "cpu", "disk"
+
+enum class Phase { kPrefill, kDecode };
+inline constexpr int kNumPhases = 2;
+std::string_view phase_name(Phase p);  // "prefill", "decode"
+
+enum class DataKind { kWeights, kKv, kAct };
+
+// The six fractions the LP chooses, in Policy's order.
+enum class Frac { kWGpu, kWCpu, kKvGpu, kKvCpu, kActGpu, kActCpu };
+inline constexpr int kNumFracs = 6;
+using Fractions = std::array<double, kNumFracs>;
+Fractions fractions_of(const Policy& p);
+void set_fractions(Policy& p, const Fractions& x);
+std::string_view frac_name(Frac f);  // "w_gpu", ...
+
+// constant + sum_i coef[i] * x[i]
+struct Affine {
+  double constant = 0;
+  std::array<double, kNumFracs> coef{};
+
+  double operator()(const Fractions& x) const;
+  Affine& operator+=(const Affine& o);
+  friend Affine operator+(Affine a, const Affine& b) { return a += b; }
+  friend Affine operator*(double c, Affine a);
+};
+Affine affine_constant(double c);
+// The share of a kind of data held on a tier (disk = 1 - gpu - cpu).
+Affine share(DataKind kind, Tier tier);
+
+// One link or compute term of a step, seconds.
+struct CostTerm {
+  std::string name;  // "cpu->gpu", "disk->cpu", "gemm", "attention (cpu)", ...
+  Affine seconds;
+};
+// The step lasts at least the sum of these terms.
+struct CostBound {
+  std::string name;  // "cpu->gpu + disk->cpu", "compute", ...
+  std::vector<int> terms;
+};
+struct StepCost {
+  std::vector<CostTerm> terms;
+  std::vector<CostBound> bounds;
+
+  Affine bound_seconds(size_t b) const;
+  double seconds(const Fractions& x) const;  // the largest bound
+  size_t binding(const Fractions& x) const;  // index of the largest bound
+  // The bound's name without its terms that are zero at x ("compute" rather
+  // than "cpu->gpu + compute" when nothing crosses cpu->gpu).
+  std::string bound_label(size_t b, const Fractions& x) const;
+};
+
+// Bytes one tier holds in one phase, by what they are. `buffers` are the
+// double buffers of streamed weights, KV and activations, staging for disk
+// relays, and the working memory of one micro-batch.
+struct TierMemory {
+  Affine weights, kv_cache, activations, buffers;
+  Affine total() const { return weights + kv_cache + activations + buffers; }
+};
+
+// Everything the model predicts for one choice of batch sizes, attention and
+// compression, as affine functions of the fractions.
+struct CostModel {
+  ModelShape shape;
+  HardwareProfile hw;
+  Workload work;
+  Policy batch;  // batch sizes, cpu_attention, compression; its fractions are not used
+  StepCost prefill_layer, prefill_head, decode_layer, decode_head;
+  std::array<std::array<TierMemory, kNumPhases>, kNumTiers> memory;  // [tier][phase]
+  // Fractions the device fixes: with a CPU device the gpu tier is RAM and the
+  // gpu fractions are 0 (RAM-resident data counts as cpu).
+  std::array<std::optional<double>, kNumFracs> forced;
+
+  double prefill_seconds(const Fractions& x) const;  // one block
+  double decode_seconds(const Fractions& x) const;
+  double generated_tokens() const;  // B * n per block
+};
+
+// Checks the inputs (Error naming the bad value) and builds the model. The
+// policy's fractions are ignored; everything else in it is used.
+CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
+                           const Policy& policy);
+
+// The policy as the device runs it: with a CPU device, gpu fractions fold into
+// cpu and cpu_attention is off (attention runs on the device, the CPU).
+Policy normalize_policy(const Policy& p, const HardwareProfile& hw);
+
+struct TierUse {
+  double budget = 0;
+  double prefill = 0, decode = 0, peak = 0;
+  // The parts of the peak phase.
+  double weights = 0, kv_cache = 0, activations = 0, buffers = 0;
+  bool used = true;  // false for the gpu tier of a CPU device
+  bool over() const { return used && peak > budget * (1 + 1e-9) + 1; }
+};
+
+struct Prediction {
+  int64_t block_size = 0;
+  double prefill_s = 0, decode_s = 0, total_s = 0;  // one block
+  double prefill_tokens_per_s = 0;                  // B*s / prefill_s
+  double decode_tokens_per_s = 0;                   // B*(n-1) / decode_s (0 when n == 1)
+  double total_tokens_per_s = 0;                    // B*n / total_s, the FlexGen metric
+  double prefill_layer_s = 0, decode_layer_s = 0;   // one layer step
+  double prefill_head_s = 0, decode_head_s = 0;
+  std::vector<std::pair<std::string, double>> prefill_terms, decode_terms;  // layer step, seconds
+  std::string bound_prefill, bound_decode;  // binding bound of the layer step (bound_label)
+  Phase bound_phase = Phase::kPrefill;      // the phase that takes longer
+  std::array<TierUse, kNumTiers> memory;
+  bool fits = true;
+};
+
+// Predicts a policy (normalised for the device first). Budgets only mark tiers
+// over budget; the prediction is made either way.
+Prediction evaluate(const CostModel& model, const Policy& policy, const Budgets& budgets);
+Prediction predict(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
+                   const Policy& policy, const Budgets& budgets);
+
+// "needs 16.6G of GPU memory, --gpu-mem is 15G" for every tier over budget,
+// joined with "; "; empty when the policy fits.
+std::string over_budget_message(const Prediction& p);
+
+}  // namespace strata

@@ -1,0 +1,232 @@
+// The placement LP over a CostModel; see placement_lp.h.
+#include "policy/placement_lp.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "policy/lp_solver.h"
+
+namespace strata {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;  // memory rows are scaled to GiB
+constexpr double kKeepOptimum = 1e-9;          // relative slack of the tie-break solve
+
+// The variables of one program over a cost model.
+struct Program {
+  LinearProgram lp;
+  std::array<int, kNumFracs> x{};
+  int t_prefill_layer = -1, t_prefill_head = -1, t_decode_layer = -1, t_decode_head = -1;
+  LinearProgram::Coeffs time_objective;  // seconds per generated token
+};
+
+LinearProgram::Coeffs affine_row(const Program& p, const Affine& a, double scale) {
+  LinearProgram::Coeffs row;
+  for (int i = 0; i < kNumFracs; ++i) {
+    if (a.coef[i] != 0) row.emplace_back(p.x[i], a.coef[i] * scale);
+  }
+  return row;
+}
+
+void add_step(Program& p, int t_var, const StepCost& step) {
+  for (size_t b = 0; b < step.bounds.size(); ++b) {
+    const Affine sec = step.bound_seconds(b);
+    // t - sum coef x >= constant
+    LinearProgram::Coeffs row = affine_row(p, (-1.0) * sec, 1.0);
+    row.emplace_back(t_var, 1.0);
+    p.lp.add_ge(row, sec.constant);
+  }
+}
+
+// Builds the variables, the step rows and the fraction rows; memory rows are
+// added by the callers (they differ in which tiers are relaxed).
+void build_program(Program& p, const CostModel& m, const FixedFractions& fixed) {
+  for (int i = 0; i < kNumFracs; ++i) {
+    p.x[i] = p.lp.add_var(0, 1, std::string(frac_name(static_cast<Frac>(i))));
+    std::optional<double> pin = m.forced[i] ? m.forced[i] : fixed[i];
+    if (pin) p.lp.fix_var(p.x[i], std::clamp(*pin, 0.0, 1.0));
+  }
+  for (int kind = 0; kind < 3; ++kind) {
+    p.lp.add_le({{p.x[2 * kind], 1.0}, {p.x[2 * kind + 1], 1.0}}, 1.0);
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  p.t_prefill_layer = p.lp.add_var(0, inf, "t_prefill_layer");
+  p.t_prefill_head = p.lp.add_var(0, inf, "t_prefill_head");
+  p.t_decode_layer = p.lp.add_var(0, inf, "t_decode_layer");
+  p.t_decode_head = p.lp.add_var(0, inf, "t_decode_head");
+  add_step(p, p.t_prefill_layer, m.prefill_layer);
+  add_step(p, p.t_prefill_head, m.prefill_head);
+  add_step(p, p.t_decode_layer, m.decode_layer);
+  add_step(p, p.t_decode_head, m.decode_head);
+
+  const double L = static_cast<double>(m.shape.n_layer);
+  const double steps = static_cast<double>(m.work.gen_len - 1);
+  const double per_token = 1.0 / m.generated_tokens();
+  p.time_objective = {{p.t_prefill_layer, L * per_token},
+                      {p.t_prefill_head, per_token},
+                      {p.t_decode_layer, steps * L * per_token},
+                      {p.t_decode_head, steps * per_token}};
+}
+
+bool tier_used(const CostModel& m, int t) {
+  return !(m.hw.unified_memory() && t == static_cast<int>(Tier::kGpu));
+}
+
+double budget_of(const Budgets& b, int t) {
+  return t == 0 ? b.gpu : (t == 1 ? b.cpu : b.disk);
+}
+
+void add_memory_rows(Program& p, const CostModel& m, const Budgets& budgets, int relaxed_tier) {
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (!tier_used(m, t) || t == relaxed_tier) continue;
+    for (int ph = 0; ph < kNumPhases; ++ph) {
+      const Affine bytes = m.memory[t][ph].total();
+      // Scale the row to about 1 so that the simplex's relative tolerance
+      // (1e-7) is a tolerance on the budget, not on a GiB.
+      double scale = std::max({budget_of(budgets, t), std::fabs(bytes.constant), 1.0});
+      for (double c : bytes.coef) scale = std::max(scale, std::fabs(c));
+      p.lp.add_le(affine_row(p, bytes, 1 / scale),
+                  (budget_of(budgets, t) - bytes.constant) / scale);
+    }
+  }
+}
+
+// Adds m_t >= bytes of tier t in each phase; returns m_t's variable (GiB).
+int add_peak_var(Program& p, const CostModel& m, int t) {
+  const int peak = p.lp.add_var(0, std::numeric_limits<double>::infinity(), "peak");
+  for (int ph = 0; ph < kNumPhases; ++ph) {
+    const Affine bytes = m.memory[t][ph].total();
+    LinearProgram::Coeffs row = affine_row(p, (-1.0) * bytes, 1 / kGiB);
+    row.emplace_back(peak, 1.0);
+    p.lp.add_ge(row, bytes.constant / kGiB);
+  }
+  return peak;
+}
+
+Fractions read_fractions(const Program& p) {
+  Fractions x{};
+  for (int i = 0; i < kNumFracs; ++i) x[i] = std::clamp(p.lp.value(p.x[i]), 0.0, 1.0);
+  // Keep gpu + cpu <= 1 exactly after the solver's tolerances.
+  for (int kind = 0; kind < 3; ++kind) {
+    double& g = x[2 * kind];
+    double& c = x[2 * kind + 1];
+    if (g + c > 1) c = std::max(0.0, 1 - g);
+  }
+  return x;
+}
+
+std::string largest_part(const CostModel& m, int t, const Fractions& x) {
+  const TierMemory& pre = m.memory[t][0];
+  const TierMemory& dec = m.memory[t][1];
+  const TierMemory& tm = dec.total()(x) >= pre.total()(x) ? dec : pre;
+  const std::pair<const char*, double> parts[] = {{"weights", tm.weights(x)},
+                                                  {"KV cache", tm.kv_cache(x)},
+                                                  {"activations", tm.activations(x)},
+                                                  {"buffers", tm.buffers(x)}};
+  return std::max_element(std::begin(parts), std::end(parts),
+                          [](const auto& a, const auto& b) { return a.second < b.second; })
+      ->first;
+}
+
+}  // namespace
+
+PlacementResult solve_placement(const CostModel& m, const Budgets& budgets,
+                                const FixedFractions& fixed) {
+  Program p;
+  build_program(p, m, fixed);
+  add_memory_rows(p, m, budgets, -1);
+  p.lp.minimize(p.time_objective);
+  PlacementResult r;
+  const LinearProgram::Status st = p.lp.solve();
+  if (st != LinearProgram::Status::kOptimal) {
+    if (st != LinearProgram::Status::kInfeasible) {
+      spdlog::debug("policy LP: the simplex did not finish (gpu batch {}, {} batches); skipping it",
+                    m.batch.gpu_batch_size, m.batch.num_gpu_batches);
+    }
+    return r;
+  }
+  const double best = p.lp.objective();
+
+  // Tie-break: keep the time, move as little off the device as possible
+  // (disk counts twice). Weights by each kind's bytes.
+  const int dec = static_cast<int>(Phase::kDecode);
+  const int pre = static_cast<int>(Phase::kPrefill);
+  const Affine& w_disk = m.memory[static_cast<int>(Tier::kDisk)][dec].weights;
+  const Affine& kv_disk = m.memory[static_cast<int>(Tier::kDisk)][dec].kv_cache;
+  const Affine& act_disk = m.memory[static_cast<int>(Tier::kDisk)][pre].activations;
+  const double sizes[3] = {w_disk.constant, kv_disk.constant, act_disk.constant};
+  const double total = std::max(1.0, sizes[0] + sizes[1] + sizes[2]);
+  LinearProgram::Coeffs tie;
+  for (int kind = 0; kind < 3; ++kind) {
+    tie.emplace_back(p.x[2 * kind], -2 * sizes[kind] / total);
+    tie.emplace_back(p.x[2 * kind + 1], -1 * sizes[kind] / total);
+  }
+  p.lp.add_le(p.time_objective, best * (1 + kKeepOptimum) + 1e-15);
+  p.lp.minimize(tie);
+  if (p.lp.solve() != LinearProgram::Status::kOptimal) {
+    // Cannot happen (the first optimum is feasible); fall back to it.
+    spdlog::debug("policy LP: tie-break solve failed; using the first optimum");
+    Program again;
+    build_program(again, m, fixed);
+    add_memory_rows(again, m, budgets, -1);
+    again.lp.minimize(again.time_objective);
+    STRATA_ASSERT(again.lp.solve() == LinearProgram::Status::kOptimal);
+    r.x = read_fractions(again);
+  } else {
+    r.x = read_fractions(p);
+  }
+  r.feasible = true;
+  r.seconds_per_token = best;
+  return r;
+}
+
+std::array<TierNeed, kNumTiers> min_tier_needs(const CostModel& m, const Budgets& budgets,
+                                               const FixedFractions& fixed) {
+  std::array<TierNeed, kNumTiers> needs;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (!tier_used(m, t)) continue;
+    Program p;
+    build_program(p, m, fixed);
+    add_memory_rows(p, m, budgets, t);
+    const int peak = add_peak_var(p, m, t);
+    p.lp.minimize({{peak, 1.0}});
+    if (p.lp.solve() != LinearProgram::Status::kOptimal) continue;
+    needs[t].possible = true;
+    needs[t].bytes = p.lp.value(peak) * kGiB;
+    needs[t].what = largest_part(m, t, read_fractions(p));
+  }
+  return needs;
+}
+
+std::array<TierNeed, kNumTiers> min_joint_needs(const CostModel& m, const Budgets& budgets,
+                                                const FixedFractions& fixed) {
+  std::array<TierNeed, kNumTiers> needs;
+  Program p;
+  build_program(p, m, fixed);
+  std::array<int, kNumTiers> peak{-1, -1, -1};
+  LinearProgram::Coeffs objective;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (!tier_used(m, t)) continue;
+    peak[t] = add_peak_var(p, m, t);
+    // excess_t >= peak_t - budget_t, excess_t >= 0
+    const int excess = p.lp.add_var(0, std::numeric_limits<double>::infinity(), "excess");
+    p.lp.add_ge({{excess, 1.0}, {peak[t], -1.0}}, -budget_of(budgets, t) / kGiB);
+    objective.emplace_back(excess, 1.0);
+  }
+  p.lp.minimize(objective);
+  if (p.lp.solve() != LinearProgram::Status::kOptimal) return needs;
+  const Fractions x = read_fractions(p);
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (peak[t] < 0) continue;
+    needs[t].possible = true;
+    needs[t].bytes = p.lp.value(peak[t]) * kGiB;
+    needs[t].what = largest_part(m, t, x);
+  }
+  return needs;
+}
+
+}  // namespace strata

@@ -1,0 +1,267 @@
+// The outer search over batch sizes; see search.h.
+#include "policy/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace strata {
+
+namespace {
+
+constexpr int64_t kMaxGpuBatch = 1024;
+
+struct Candidate {
+  bool feasible = false;
+  double seconds_per_token = 0;
+  Fractions x{};
+};
+
+class Searcher {
+ public:
+  Searcher(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
+           const Budgets& budgets, const SearchOptions& opts)
+      : shape_(shape), hw_(hw), work_(work), budgets_(budgets), opts_(opts) {}
+
+  Policy policy_for(int64_t gbs, int64_t nb, bool cpu_attention) const {
+    Policy p;
+    p.gpu_batch_size = gbs;
+    p.num_gpu_batches = nb;
+    p.cpu_attention = cpu_attention;
+    p.compress_weight = opts_.compress_weight;
+    p.compress_kv = opts_.compress_kv;
+    p.sparse_attention_budget = opts_.sparse_attention_budget;
+    return p;
+  }
+
+  Candidate solve(int64_t gbs, int64_t nb, bool cpu_attention) {
+    const auto key = std::make_tuple(gbs, nb, cpu_attention);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    const CostModel m = build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, cpu_attention));
+    const PlacementResult r = solve_placement(m, budgets_, opts_.fixed);
+    ++n_lp_;
+    Candidate c{r.feasible, r.seconds_per_token, r.x};
+    cache_.emplace(key, c);
+    return c;
+  }
+
+  void consider(int64_t gbs, int64_t nb, bool att, const Candidate& c) {
+    if (!c.feasible) return;
+    if (!best_ || c.seconds_per_token < best_seconds_ * (1 - 1e-9)) {
+      best_ = policy_for(gbs, nb, att);
+      set_fractions(*best_, c.x);
+      best_seconds_ = c.seconds_per_token;
+    }
+  }
+
+  // Largest feasible nb in [1, hi], 0 when nb = 1 does not fit.
+  int64_t max_feasible_nb(int64_t gbs, bool att, int64_t hi) {
+    if (!solve(gbs, 1, att).feasible) return 0;
+    int64_t lo = 1;  // feasible
+    int64_t step = 2;
+    while (step <= hi && solve(gbs, step, att).feasible) {
+      lo = step;
+      step *= 2;
+    }
+    int64_t bad = std::min(step, hi + 1);  // infeasible or past hi
+    if (bad == hi + 1 && lo < hi && solve(gbs, hi, att).feasible) return hi;
+    while (bad - lo > 1) {
+      const int64_t mid = lo + (bad - lo) / 2;
+      if (solve(gbs, mid, att).feasible) {
+        lo = mid;
+      } else {
+        bad = mid;
+      }
+    }
+    return lo;
+  }
+
+  void walk_nb(int64_t gbs, bool att) {
+    const int64_t hi = std::max<int64_t>(1, opts_.max_block_size / gbs);
+    const int64_t ub = max_feasible_nb(gbs, att, hi);
+    for (int64_t nb : nb_grid(hi)) {
+      if (nb > ub) break;
+      consider(gbs, nb, att, solve(gbs, nb, att));
+    }
+  }
+
+  SearchResult run() {
+    std::vector<bool> atts;
+    if (hw_.unified_memory()) {
+      atts = {false};
+    } else if (opts_.cpu_attention) {
+      atts = {*opts_.cpu_attention};
+    } else {
+      atts = {false, true};  // on a tie, attention stays on the GPU
+    }
+    std::vector<int64_t> gbs_list =
+        opts_.gpu_batch_size ? std::vector<int64_t>{*opts_.gpu_batch_size}
+                             : gpu_batch_candidates(std::min(kMaxGpuBatch, opts_.max_block_size));
+    for (bool att : atts) {
+      for (int64_t gbs : gbs_list) {
+        if (opts_.num_gpu_batches) {
+          consider(gbs, *opts_.num_gpu_batches, att, solve(gbs, *opts_.num_gpu_batches, att));
+        } else {
+          walk_nb(gbs, att);
+        }
+      }
+    }
+    if (!best_) fail_infeasible(gbs_list.front(), atts);
+    SearchResult r;
+    r.policy = *best_;
+    r.lp_seconds_per_token = best_seconds_;
+    const CostModel m = build_cost_model(shape_, hw_, work_, r.policy);
+    r.prediction = evaluate(m, r.policy, budgets_);
+    r.n_lp_solved = n_lp_;
+    spdlog::debug("policy search: {} linear programs", n_lp_);
+    return r;
+  }
+
+  [[noreturn]] void fail_infeasible(int64_t gbs, const std::vector<bool>& atts) {
+    const int64_t nb = opts_.num_gpu_batches.value_or(1);
+    // Of the attention choices, the one that needs the least extra memory.
+    std::string best_msg;
+    double best_excess = std::numeric_limits<double>::infinity();
+    for (bool att : atts) {
+      const CostModel m = build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, att));
+      double excess = std::numeric_limits<double>::infinity();
+      const std::string msg = describe_needs(m, excess);
+      if (excess < best_excess) {
+        best_excess = excess;
+        best_msg = msg;
+      }
+    }
+    const std::string batch = opts_.gpu_batch_size || opts_.num_gpu_batches
+                                  ? fmt::format("at gpu batch size {} x {}", gbs, nb)
+                                  : std::string("at any batch size");
+    if (best_msg.empty()) {
+      fail(
+          "{} does not fit on {} with prompt {} + gen {} {}, and no memory budget makes it fit "
+          "with the fractions given; free some of --percent",
+          shape_.name, hw_.name, work_.prompt_len, work_.gen_len, batch);
+    }
+    fail("{} does not fit on {} with prompt {} + gen {} {}: {}", shape_.name, hw_.name,
+         work_.prompt_len, work_.gen_len, batch, best_msg);
+  }
+
+  std::string describe_needs(const CostModel& m, double& excess) const {
+    static const char* kFlags[] = {"--gpu-mem", "--cpu-mem", "--disk-mem"};
+    static const char* kWords[] = {"GPU memory", "CPU memory", "disk"};
+    const double budget[] = {budgets_.gpu, budgets_.cpu, budgets_.disk};
+    const std::array<TierNeed, kNumTiers> single = min_tier_needs(m, budgets_, opts_.fixed);
+    // Single-tier fixes, the cheapest memory first: disk, then CPU, then GPU.
+    std::vector<int> order;
+    for (int t : {2, 1, 0}) {
+      if (single[t].possible) order.push_back(t);
+    }
+    if (!order.empty()) {
+      const int t = order[0];
+      excess = single[t].bytes - budget[t];
+      std::string msg =
+          fmt::format("it needs at least {} of {} for {} that do not fit elsewhere, {} is {}",
+                      format_bytes(single[t].bytes), kWords[t], single[t].what, kFlags[t],
+                      format_bytes(budget[t]));
+      for (size_t i = 1; i < order.size(); ++i) {
+        const int u = order[i];
+        msg += fmt::format("{}{} of {}, {} is {}", i == 1 ? " (or " : "; or ",
+                           format_bytes(single[u].bytes), kWords[u], kFlags[u],
+                           format_bytes(budget[u]));
+      }
+      if (order.size() > 1) msg += ")";
+      return msg;
+    }
+    const std::array<TierNeed, kNumTiers> joint = min_joint_needs(m, budgets_, opts_.fixed);
+    std::string msg;
+    excess = 0;
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (!joint[t].possible || joint[t].bytes <= budget[t] * (1 + 1e-9)) continue;
+      excess += joint[t].bytes - budget[t];
+      msg += fmt::format("{}at least {} of {} for {}, {} is {}",
+                         msg.empty() ? "it needs " : "; and ", format_bytes(joint[t].bytes),
+                         kWords[t], joint[t].what, kFlags[t], format_bytes(budget[t]));
+    }
+    if (msg.empty()) excess = std::numeric_limits<double>::infinity();
+    return msg;
+  }
+
+ private:
+  const ModelShape& shape_;
+  const HardwareProfile& hw_;
+  const Workload& work_;
+  const Budgets& budgets_;
+  const SearchOptions& opts_;
+  std::map<std::tuple<int64_t, int64_t, bool>, Candidate> cache_;
+  std::optional<Policy> best_;
+  double best_seconds_ = 0;
+  int64_t n_lp_ = 0;
+};
+
+}  // namespace
+
+std::vector<int64_t> nb_grid(int64_t max) {
+  std::vector<int64_t> out;
+  for (int64_t nb = 1; nb <= std::min<int64_t>(max, 16); ++nb) out.push_back(nb);
+  for (int64_t nb = 17; nb <= max;
+       nb = std::max(nb + 1, static_cast<int64_t>(std::llround(nb * 1.05)))) {
+    out.push_back(nb);
+  }
+  return out;
+}
+
+std::vector<int64_t> gpu_batch_candidates(int64_t max) {
+  std::vector<int64_t> out;
+  for (int64_t p = 1; p <= max; p *= 2) {
+    out.push_back(p);
+    const int64_t mid = p + p / 2;
+    if (p >= 2 && mid <= max) out.push_back(mid);
+  }
+  if (out.empty()) out.push_back(1);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+SearchResult search_policy(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
+                           const Budgets& budgets, const SearchOptions& options) {
+  if (options.max_block_size < 1)
+    fail("--max-block: must be at least 1 (is {})", options.max_block_size);
+  if (options.gpu_batch_size && *options.gpu_batch_size < 1) {
+    fail("--gpu-batch-size: must be at least 1 (is {})", *options.gpu_batch_size);
+  }
+  if (options.num_gpu_batches && *options.num_gpu_batches < 1) {
+    fail("--num-gpu-batches: must be at least 1 (is {})", *options.num_gpu_batches);
+  }
+  for (int kind = 0; kind < 3; ++kind) {
+    const std::optional<double>& g = options.fixed[2 * kind];
+    const std::optional<double>& c = options.fixed[2 * kind + 1];
+    for (const std::optional<double>& f : {g, c}) {
+      if (f && !(*f >= 0 && *f <= 1)) fail("--percent: {} is not a fraction from 0 to 1", *f);
+    }
+    if (g && c && *g + *c > 1 + 1e-9) {
+      fail("--percent: the gpu {} and cpu {} shares of one kind of data add up to more than 1", *g,
+           *c);
+    }
+  }
+  SearchOptions opts = options;
+  if (hw.unified_memory()) {
+    // A CPU device computes out of RAM: a pinned gpu share is a RAM share.
+    for (int kind = 0; kind < 3; ++kind) {
+      std::optional<double>& g = opts.fixed[2 * kind];
+      std::optional<double>& c = opts.fixed[2 * kind + 1];
+      if (g) {
+        c = std::min(1.0, c.value_or(0) + *g);
+        g.reset();
+      }
+    }
+  }
+  Searcher s(shape, hw, work, budgets, opts);
+  return s.run();
+}
+
+}  // namespace strata

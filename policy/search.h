@@ -1,0 +1,55 @@
+// The policy search: an outer walk over gpu_batch_size, num_gpu_batches and
+// the CPU-attention choice, with the placement LP (placement_lp.h) choosing
+// the fractions for each, keeping the policy with the highest predicted
+// total throughput. Any of these can be pinned by the caller; when nothing
+// fits, the Error names the tier to grow and by how much.
+//
+// The candidates form a fixed grid that does not depend on the budgets:
+// gpu batch sizes 1, 2, 3, 4, 6, 8, 12, ... and numbers of gpu batches 1..16
+// then steps of 5%. Each LP's optimum can only improve when a budget grows,
+// so the search's best can only improve too (more memory never predicts
+// less). For each gpu batch size, feasibility is monotone in the number of
+// batches (more sequences hold more KV and activations): the largest
+// feasible count is found by doubling and bisection, and the grid is scanned
+// up to it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "policy/cost_model.h"
+#include "policy/placement_lp.h"
+
+namespace strata {
+
+struct SearchOptions {
+  std::optional<int64_t> gpu_batch_size;
+  std::optional<int64_t> num_gpu_batches;
+  std::optional<bool> cpu_attention;
+  Compression compress_weight;
+  Compression compress_kv;
+  int64_t sparse_attention_budget = 0;
+  FixedFractions fixed;           // fractions pinned by the caller
+  int64_t max_block_size = 4096;  // sequences per block at most
+};
+
+struct SearchResult {
+  Policy policy;
+  Prediction prediction;
+  double lp_seconds_per_token = 0;  // the LP's objective for the policy
+  int64_t n_lp_solved = 0;
+};
+
+// Throws Error when no batch size fits the budgets; the message says how
+// much of which tier would make the smallest batch fit.
+SearchResult search_policy(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
+                           const Budgets& budgets, const SearchOptions& options = {});
+
+// The gpu batch sizes the search tries: 1, 2, 3, 4, 6, 8, 12, ... (powers of
+// two and 1.5 times them) up to `max`.
+std::vector<int64_t> gpu_batch_candidates(int64_t max);
+// The numbers of gpu batches it tries: 1..16, then steps of about 5%, up to `max`.
+std::vector<int64_t> nb_grid(int64_t max);
+
+}  // namespace strata

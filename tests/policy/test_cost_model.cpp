@@ -1,0 +1,306 @@
+// The cost model against formulas written out by hand: link and compute
+// terms of prefill and decode steps, memory per tier, compression, CPU
+// attention, sparse attention, the CPU compute device, and agreement with
+// FlexGen's own formulas (experimental/cost_model.py) where the models meet.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "policy/cost_model.h"
+#include "policy_fixtures.h"
+
+namespace strata {
+namespace {
+
+// Expected values are computed in double in a different order than the
+// library: they agree to a few ulps, so 1e-12 relative is ample and still
+// catches any wrong term.
+constexpr double kRel = 1e-12;
+
+#define EXPECT_REL(actual, expected) \
+  EXPECT_NEAR((actual), (expected), kRel* std::max(1.0, std::fabs(expected))) << #actual
+
+double term(const StepCost& st, const std::string& name, const Fractions& x) {
+  for (const CostTerm& t : st.terms) {
+    if (t.name == name) return t.seconds(x);
+  }
+  ADD_FAILURE() << "no term " << name;
+  return -1;
+}
+
+// Constants of the tiny shape (policy_fixtures.h), by hand.
+constexpr double kLayerElems = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128;  // 36864
+constexpr double kWl = 2 * kLayerElems;      // bytes of one layer
+constexpr double kWh = 2 * 100 * 64;         // output head
+constexpr double kWtot = 2 * kWl + 2 * kWh;  // layers + embedding + head (untied)
+constexpr double kKt = 2 * 32 * 2;           // K+V bytes per token per layer
+constexpr double kHt = 64 * 2;               // hidden bytes per token
+
+// Working set of one micro-batch of g sequences on the device: residual
+// stream plus the largest stage (qkv, attention with one sequence's scores,
+// output projection, gated FFN up, FFN down, f32 logits).
+double working(double g, double tokens, double ctx) {
+  const double a = 2, h = 64, q = 64, kv = 32, ff = 128, heads = 4, vocab = 100;
+  const double stages[] = {a * g * tokens * (h + q + 2 * kv),
+                           a * g * tokens * (2 * q + 2 * kv) + a * heads * tokens * ctx,
+                           a * g * tokens * (q + h),
+                           a * g * tokens * (h + 3 * ff),
+                           a * g * tokens * (ff + h),
+                           g * (a * h + 4 * vocab)};
+  return a * g * tokens * h + *std::max_element(std::begin(stages), std::end(stages));
+}
+
+struct TinyCase {
+  ModelShape shape = test::tiny_shape();
+  HardwareProfile hw = test::tiny_gpu();
+  Workload work{8, 4};
+  Policy pol;
+  TinyCase() {
+    pol.gpu_batch_size = 2;
+    pol.num_gpu_batches = 3;
+    pol.w_gpu = 0.25;
+    pol.w_cpu = 0.5;
+    pol.kv_gpu = 0.5;
+    pol.kv_cpu = 0.25;
+    pol.act_gpu = 0.5;
+    pol.act_cpu = 0.5;
+  }
+};
+
+TEST(PolicyCostModel, ShapeCounts) {
+  const ModelShape s = test::tiny_shape();
+  EXPECT_EQ(s.layer_weight_elems(), 36864);
+  EXPECT_EQ(s.q_dim(), 64);
+  EXPECT_EQ(s.kv_dim(), 32);
+  EXPECT_EQ(s.global_weight_elems(), 2 * 6400);
+  EXPECT_EQ(s.n_params(), 2 * 36864 + 2 * 6400);
+}
+
+TEST(PolicyCostModel, PrefillTermsByHand) {
+  TinyCase t;
+  const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  const Fractions x = fractions_of(t.pol);
+  const double s = 8, B = 6, g = 2, k = 3;
+  const double wn = 0.25, kn = 0.25, hn = 0.0;
+  EXPECT_REL(term(m.prefill_layer, "cpu->gpu", x), (kWl * 0.75 + kHt * s * B * 0.5) / 1000);
+  EXPECT_REL(term(m.prefill_layer, "disk->cpu", x), (kWl * wn + kHt * s * B * hn) / 100);
+  EXPECT_REL(term(m.prefill_layer, "gpu->cpu", x),
+             kKt * s * B * 0.5 / 250 + kHt * s * B * 0.5 / 500);
+  EXPECT_REL(term(m.prefill_layer, "cpu->disk", x), kKt * s * B * kn / 25 + kHt * s * B * hn / 50);
+  EXPECT_REL(term(m.prefill_layer, "gemm", x), k * g * s * 2 * kLayerElems / 1e6);
+  EXPECT_REL(term(m.prefill_layer, "attention", x), B * 4 * s * s * 64 / 2e6);
+  // max(load relay, store relay, compute)
+  const double load = (kWl * 0.75 + kHt * s * B * 0.5) / 1000 + kWl * wn / 100;
+  const double store = kKt * s * B * 0.5 / 250 + kHt * s * B * 0.5 / 500 + kKt * s * B * kn / 25;
+  const double compute = k * g * s * 2 * kLayerElems / 1e6 + B * 4 * s * s * 64 / 2e6;
+  EXPECT_REL(m.prefill_layer.seconds(x), std::max({load, store, compute}));
+  // Output head: only the last position's logits.
+  EXPECT_REL(m.prefill_head.seconds(x),
+             std::max(kWh * 0.75 / 1000 + kWh * wn / 100, k * g * 2 * 6400 / 1e6));
+}
+
+TEST(PolicyCostModel, DecodeTermsByHandWithCpuAttention) {
+  TinyCase t;
+  t.pol.cpu_attention = true;
+  const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  const Fractions x = fractions_of(t.pol);
+  const double B = 6, g = 2, k = 3, ctx = 8 + 4 / 2.0, a = 2, q = 64;
+  const double wn = 0.25, kn = 0.25, hn = 0.0;
+  const double c2g = (kWl * 0.75 + kHt * B * 0.5 + a * q * B * 0.5) / 1000;
+  const double g2c = (kHt * B * 0.5 + kKt * B * 0.5 + a * q * B * 0.5) / 500;
+  const double d2c = (kWl * wn + kHt * B * hn + kKt * ctx * B * kn) / 100;
+  const double c2d = (kKt * B * kn + kHt * B * hn) / 50;
+  const double gemm = k * g * 2 * kLayerElems / 1e5;
+  const double attn_gpu = B * 4 * ctx * q / 1e4 * 0.5;
+  const double attn_cpu = B * 4 * ctx * q / 1e3 * 0.5;
+  EXPECT_REL(term(m.decode_layer, "cpu->gpu", x), c2g);
+  EXPECT_REL(term(m.decode_layer, "gpu->cpu", x), g2c);
+  EXPECT_REL(term(m.decode_layer, "disk->cpu", x), d2c);
+  EXPECT_REL(term(m.decode_layer, "cpu->disk", x), c2d);
+  EXPECT_REL(term(m.decode_layer, "gemm", x), gemm);
+  EXPECT_REL(term(m.decode_layer, "attention (gpu)", x), attn_gpu);
+  EXPECT_REL(term(m.decode_layer, "attention (cpu)", x), attn_cpu);
+  // FlexGen's form: cpu->gpu + max(gpu->cpu, disk->cpu, cpu->disk, compute).
+  EXPECT_REL(m.decode_layer.seconds(x),
+             c2g + std::max({g2c, d2c, c2d, gemm + attn_gpu + attn_cpu}));
+  // A block: L prefill steps and a head, then (n-1) decode steps of L layers and a head.
+  EXPECT_REL(m.decode_seconds(x), 3 * (2 * m.decode_layer.seconds(x) + m.decode_head.seconds(x)));
+  EXPECT_REL(m.prefill_seconds(x), 2 * m.prefill_layer.seconds(x) + m.prefill_head.seconds(x));
+}
+
+TEST(PolicyCostModel, CpuAttentionTakesKvOffTheHostToDeviceLink) {
+  TinyCase t;
+  t.pol.kv_gpu = 0;
+  t.pol.kv_cpu = 1;
+  const Fractions x = fractions_of(t.pol);
+  const double B = 6, ctx = 10, a = 2, q = 64;
+  Policy off = t.pol;
+  off.cpu_attention = false;
+  Policy on = t.pol;
+  on.cpu_attention = true;
+  const CostModel m_off = build_cost_model(t.shape, t.hw, t.work, off);
+  const CostModel m_on = build_cost_model(t.shape, t.hw, t.work, on);
+  // Without CPU attention the whole attended KV crosses cpu->gpu each step;
+  // with it only q goes down and the output comes back.
+  EXPECT_REL(term(m_off.decode_layer, "cpu->gpu", x) - term(m_on.decode_layer, "cpu->gpu", x),
+             (kKt * ctx * B - a * q * B) / 1000);
+  EXPECT_EQ(term(m_off.decode_layer, "attention (cpu)", x), 0);
+  EXPECT_REL(term(m_on.decode_layer, "attention (cpu)", x), B * 4 * ctx * q / 1e3);
+  EXPECT_EQ(term(m_on.decode_layer, "attention (gpu)", x), 0);
+  // And the GPU no longer stages a micro-batch's KV: 2 * Kt * (s+n) * g less.
+  const int gpu = static_cast<int>(Tier::kGpu), dec = static_cast<int>(Phase::kDecode);
+  EXPECT_REL(m_off.memory[gpu][dec].buffers(x) - m_on.memory[gpu][dec].buffers(x),
+             2 * kKt * 12 * 2);
+}
+
+TEST(PolicyCostModel, MemoryPerTierByHand) {
+  TinyCase t;
+  t.pol.cpu_attention = false;
+  const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  const Fractions x = fractions_of(t.pol);
+  const double s = 8, n = 4, B = 6, g = 2, L = 2;
+  const int gpu = 0, cpu = 1, disk = 2, pre = 0, dec = 1;
+  // Homes: fractions of the totals.
+  EXPECT_REL(m.memory[gpu][dec].weights(x), kWtot * 0.25);
+  EXPECT_REL(m.memory[cpu][dec].weights(x), kWtot * 0.5);
+  EXPECT_REL(m.memory[disk][dec].weights(x), kWtot * 0.25);
+  EXPECT_REL(m.memory[gpu][dec].kv_cache(x), kKt * (s + n) * B * L * 0.5);
+  EXPECT_REL(m.memory[gpu][pre].kv_cache(x), kKt * s * B * L * 0.5);
+  EXPECT_REL(m.memory[disk][dec].kv_cache(x), kKt * (s + n) * B * L * 0.25);
+  EXPECT_REL(m.memory[gpu][pre].activations(x), kHt * s * B * 0.5);
+  EXPECT_REL(m.memory[cpu][dec].activations(x), kHt * B * 0.5);
+  // Device buffers in decode: weight double buffer, activation staging,
+  // a micro-batch's KV double-buffered in, the working set of one micro-batch.
+  const double w_stream = std::max(kWl, kWh);
+  EXPECT_REL(m.memory[gpu][dec].buffers(x), 2 * w_stream * 0.75 + 2 * kHt * g * 0.5 +
+                                                2 * kKt * (s + n) * g * 0.5 + working(g, 1, s + n));
+  EXPECT_REL(m.memory[gpu][pre].buffers(x),
+             2 * w_stream * 0.75 + 2 * kHt * s * g * 0.5 + kKt * s * g * 0.5 + working(g, s, s));
+  // Host relays for what lives on disk.
+  EXPECT_REL(m.memory[cpu][dec].buffers(x), 2 * w_stream * 0.25 + 2 * kKt * (s + n) * g * 0.25);
+  EXPECT_EQ(m.memory[disk][dec].buffers(x), 0);
+
+  const Prediction p = evaluate(m, t.pol, budgets_of(t.hw));
+  EXPECT_REL(p.memory[gpu].peak,
+             std::max(m.memory[gpu][pre].total()(x), m.memory[gpu][dec].total()(x)));
+  EXPECT_TRUE(p.fits);
+}
+
+TEST(PolicyCostModel, CompressionShrinksBytes) {
+  TinyCase t;
+  Policy q4 = t.pol;
+  q4.compress_weight = parse_compression("q4", "test");  // q4a64: 36 bytes per 64
+  q4.compress_kv = parse_compression("q8:32", "test");   // q8a32: 36 bytes per 32
+  const CostModel m = build_cost_model(t.shape, t.hw, t.work, q4);
+  const Fractions x = fractions_of(q4);
+  EXPECT_REL(m.memory[1][1].weights(x), kWtot / 2 * (36.0 / 64) * 0.5);
+  EXPECT_REL(m.memory[0][1].kv_cache(x), kKt / 2 * (36.0 / 32) * 12 * 6 * 2 * 0.5);
+  EXPECT_REL(term(m.prefill_layer, "disk->cpu", x), kLayerElems * (36.0 / 64) * 0.25 / 100);
+}
+
+TEST(PolicyCostModel, SparseAttentionCapsTheAttendedContext) {
+  TinyCase t;
+  t.pol.cpu_attention = true;
+  t.pol.sparse_attention_budget = 4;  // below s + n/2 = 10
+  const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  const Fractions x = fractions_of(t.pol);
+  EXPECT_REL(term(m.decode_layer, "attention (cpu)", x), 6 * 4 * 4.0 * 64 / 1e3 * 0.5);
+  EXPECT_REL(term(m.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 4 * 6 * 0.25) / 100);
+  // The KV cache itself is kept whole.
+  EXPECT_REL(m.memory[0][1].kv_cache(x), kKt * 12 * 6 * 2 * 0.5);
+}
+
+TEST(PolicyCostModel, DeviceMemoryRooflineBoundsSmallBatchDecode) {
+  TinyCase t;
+  t.hw.device_mem_bandwidth = 1e3;  // slow enough that reading weights dominates
+  const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  const Fractions x = fractions_of(t.pol);
+  // k micro-batches each read the layer's weights from device memory.
+  EXPECT_REL(term(m.decode_layer, "gemm", x), 3 * std::max(2 * 2 * kLayerElems / 1e5, kWl / 1e3));
+}
+
+TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
+  TinyCase t;
+  t.hw = test::tiny_cpu();
+  t.pol.cpu_attention = true;  // meaningless on a CPU device: turned off
+  const Policy norm = normalize_policy(t.pol, t.hw);
+  EXPECT_EQ(norm.w_gpu, 0);
+  EXPECT_EQ(norm.w_cpu, 0.75);
+  EXPECT_EQ(norm.kv_cpu, 0.75);
+  EXPECT_EQ(norm.act_cpu, 1.0);
+  EXPECT_FALSE(norm.cpu_attention);
+  const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  const Fractions x = fractions_of(norm);
+  for (const CostTerm& term : m.decode_layer.terms) EXPECT_NE(term.name, "cpu->gpu");
+  // Only disk streams: double buffer of the disk share of weights, in RAM.
+  const double w_stream = std::max(kWl, kWh);
+  const Prediction p = evaluate(m, t.pol, budgets_of(t.hw));
+  EXPECT_FALSE(p.memory[0].used);
+  EXPECT_EQ(p.memory[0].peak, 0);
+  const double g = 2, s = 8, n = 4;
+  EXPECT_REL(m.memory[1][1].buffers(x),
+             2 * w_stream * 0.25 + 2 * kKt * (s + n) * g * 0.25 + working(g, 1, s + n));
+  EXPECT_REL(m.memory[1][0].buffers(x),
+             2 * w_stream * 0.25 + kKt * s * g * 0.25 + working(g, s, s));
+  EXPECT_REL(m.memory[1][1].weights(x), kWtot * 0.75);
+  EXPECT_REL(term(m.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 10 * 6 * 0.25) / 100);
+}
+
+// FlexGen's formulas for the terms both models share (experimental/
+// cost_model.py: compp, ctogp, ctogg, dtocp weight part), on OPT-30B with
+// FlexGen's T4 constants: ours must give the same seconds.
+TEST(PolicyCostModel, AgreesWithFlexGenFormulasOnOpt30b) {
+  const ModelShape shape = find_model_preset("opt-30b");
+  const HardwareProfile hw = find_hardware_profile("t4-flexgen");
+  Policy p;
+  p.gpu_batch_size = 48;
+  p.num_gpu_batches = 3;
+  p.w_gpu = 0.2;
+  p.w_cpu = 0.7;  // 10% on disk to exercise disk->cpu
+  p.kv_gpu = 0;
+  p.kv_cpu = 1;
+  p.act_gpu = 0;
+  p.act_cpu = 1;
+  p.cpu_attention = true;
+  const CostModel m = build_cost_model(shape, hw, {512, 32}, p);
+  const Fractions x = fractions_of(p);
+  // FlexGen's bandwidths, as the profile stores them (whole bytes per
+  // second: 12.89 * 2^30 rounded; checked against FlexGen's numbers in
+  // test_yaml.cpp).
+  const double ctog = hw.cpu_to_gpu, dtoc = hw.disk_to_cpu, T = 1e12;
+  const double s = 512, bls = 144, h1 = 7168, h2 = 4 * 7168;
+  const double wi = 8 * h1 * h1 + 4 * h1 * h2;
+  const double compp =
+      bls * (8 * s * h1 * h1 + 4 * s * h1 * h2) / (21.24 * T) + 4 * bls * s * s * h1 / (9.97 * T);
+  const double ctogp = (wi * 0.8 + 2 * s * h1 * bls * 1.0) / ctog;
+  const double dtoc_w = wi * 0.1 / dtoc;
+  const double ctogg_w = wi * 0.8 / ctog;
+  EXPECT_REL(term(m.prefill_layer, "gemm", x) + term(m.prefill_layer, "attention", x), compp);
+  EXPECT_REL(term(m.prefill_layer, "cpu->gpu", x), ctogp);
+  EXPECT_REL(term(m.prefill_layer, "disk->cpu", x), dtoc_w);
+  // Decode cpu->gpu: FlexGen's weights + hidden, plus our q and attention output.
+  EXPECT_REL(term(m.decode_layer, "cpu->gpu", x), ctogg_w + (2 * h1 * bls + 2 * h1 * bls) / ctog);
+  // CPU attention at FlexGen's fitted rate with its small-batch correction.
+  const double lb = std::log2(64.0 / 48);
+  const double cpu_flops = 0.0123 * T * (1 - 0.0328 * lb);
+  EXPECT_REL(term(m.decode_layer, "attention (cpu)", x), 4 * bls * (s + 16) * h1 / cpu_flops);
+}
+
+TEST(PolicyCostModel, RejectsBadWorkloads) {
+  TinyCase t;
+  EXPECT_THROW(build_cost_model(t.shape, t.hw, {0, 4}, t.pol), Error);
+  EXPECT_THROW(build_cost_model(t.shape, t.hw, {8, 0}, t.pol), Error);
+  ModelShape ctx = t.shape;
+  ctx.max_context = 10;
+  try {
+    build_cost_model(ctx, t.hw, {8, 4}, t.pol);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("10 tokens of context"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata

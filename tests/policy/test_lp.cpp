@@ -1,0 +1,272 @@
+// The GLPK wrapper, the placement LP and the search: hand-checkable
+// programs, exact placements when a tier is full, the infeasibility message
+// and its "smallest budget", monotonicity in GPU memory, and agreement
+// between the LP's objective and the evaluation of the policy it returns.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "policy/lp_solver.h"
+#include "policy/placement_lp.h"
+#include "policy/search.h"
+#include "policy_fixtures.h"
+
+namespace strata {
+namespace {
+
+// GLPK's simplex meets its rows to a relative tolerance of 1e-7 (tol_bnd),
+// and memory rows are scaled to their budget: a fraction set by a full tier
+// is exact to about 1e-7; 1e-6 leaves room for the scaling.
+constexpr double kFracTol = 1e-6;
+
+TEST(PolicyLinearProgram, SolvesASmallProgramByHand) {
+  // min x + y  s.t.  x + 2y >= 4,  3x + y >= 6,  x, y >= 0
+  // The optimum is the corner x = 8/5, y = 6/5, objective 14/5.
+  LinearProgram lp;
+  const int x = lp.add_var(0, INFINITY, "x");
+  const int y = lp.add_var(0, INFINITY, "y");
+  lp.add_ge({{x, 1}, {y, 2}}, 4);
+  lp.add_ge({{x, 3}, {y, 1}}, 6);
+  lp.minimize({{x, 1}, {y, 1}});
+  ASSERT_EQ(lp.solve(), LinearProgram::Status::kOptimal);
+  EXPECT_NEAR(lp.value(x), 1.6, 1e-12);
+  EXPECT_NEAR(lp.value(y), 1.2, 1e-12);
+  EXPECT_NEAR(lp.objective(), 2.8, 1e-12);
+  // A second objective from the same basis: min x with the first kept.
+  lp.add_le({{x, 1}, {y, 1}}, 2.8);
+  lp.minimize({{x, 1}});
+  ASSERT_EQ(lp.solve(), LinearProgram::Status::kOptimal);
+  EXPECT_NEAR(lp.value(x), 1.6, 1e-12);
+}
+
+TEST(PolicyLinearProgram, ReportsInfeasibleAndFixedVariables) {
+  LinearProgram lp;
+  const int x = lp.add_var(0, 1);
+  lp.add_ge({{x, 1}}, 2);
+  lp.minimize({{x, 1}});
+  EXPECT_EQ(lp.solve(), LinearProgram::Status::kInfeasible);
+
+  LinearProgram fixed;
+  const int a = fixed.add_var(0, 1);
+  const int b = fixed.add_var(0, 1);
+  fixed.fix_var(a, 0.25);
+  fixed.add_le({{a, 1}, {b, 1}}, 1);
+  fixed.minimize({{b, -1}});
+  ASSERT_EQ(fixed.solve(), LinearProgram::Status::kOptimal);
+  EXPECT_EQ(fixed.value(a), 0.25);
+  EXPECT_NEAR(fixed.value(b), 0.75, 1e-12);
+}
+
+TEST(PolicyPlacementLp, EverythingOnTheGpuWhenItFits) {
+  const ModelShape shape = test::tiny_shape();
+  const HardwareProfile hw = test::tiny_gpu();  // 1G of GPU for a 340K model
+  const SearchResult r = search_policy(shape, hw, {8, 4}, budgets_of(hw), {});
+  EXPECT_EQ(r.policy.w_gpu, 1.0);
+  EXPECT_EQ(r.policy.kv_gpu, 1.0);
+  EXPECT_EQ(r.policy.act_gpu, 1.0);
+  EXPECT_EQ(r.policy.w_cpu + r.policy.kv_cpu + r.policy.act_cpu, 0.0);
+  EXPECT_TRUE(r.prediction.fits);
+  EXPECT_EQ(r.prediction.prefill_terms[0].first, "cpu->gpu");
+  EXPECT_EQ(r.prediction.prefill_terms[0].second, 0.0);
+
+  // A real model that fits a T4 at a small batch: OPT-1.3B.
+  SearchOptions o;
+  o.gpu_batch_size = 4;
+  o.num_gpu_batches = 1;
+  const HardwareProfile t4 = find_hardware_profile("t4-flexgen");
+  const SearchResult r13 =
+      search_policy(find_model_preset("opt-1.3b"), t4, {512, 32}, budgets_of(t4), o);
+  EXPECT_EQ(r13.policy.w_gpu, 1.0);
+  EXPECT_EQ(r13.policy.kv_gpu, 1.0);
+  EXPECT_EQ(r13.policy.act_gpu, 1.0);
+}
+
+// Weights larger than GPU + CPU: with KV and activations pinned to the GPU,
+// the LP fills the GPU, then the CPU, and leaves exactly the rest on disk.
+TEST(PolicyPlacementLp, WeightsLargerThanGpuAndCpuSpillExactlyToDisk) {
+  ModelShape shape = test::tiny_shape();
+  shape.n_layer = 16;  // 1.2 MB of weights; budgets of a few hundred KB
+  const HardwareProfile hw = test::tiny_gpu();
+  Policy batch;
+  batch.gpu_batch_size = 2;
+  batch.num_gpu_batches = 2;
+  const CostModel m = build_cost_model(shape, hw, {8, 4}, batch);
+  // Budgets that the target placement fills exactly in its tighter phase.
+  Fractions target{0.4, 0.35, 1, 0, 1, 0};
+  Budgets b;
+  for (int ph = 0; ph < kNumPhases; ++ph) {
+    b.gpu = std::max(b.gpu, m.memory[0][ph].total()(target));
+    b.cpu = std::max(b.cpu, m.memory[1][ph].total()(target));
+  }
+  b.disk = 1e12;
+  FixedFractions fixed;
+  fixed[static_cast<int>(Frac::kKvGpu)] = 1.0;
+  fixed[static_cast<int>(Frac::kKvCpu)] = 0.0;
+  fixed[static_cast<int>(Frac::kActGpu)] = 1.0;
+  fixed[static_cast<int>(Frac::kActCpu)] = 0.0;
+  const PlacementResult r = solve_placement(m, b, fixed);
+  ASSERT_TRUE(r.feasible);
+  EXPECT_NEAR(r.x[0], 0.4, kFracTol);
+  EXPECT_NEAR(r.x[1], 0.35, kFracTol);
+  EXPECT_NEAR(1 - r.x[0] - r.x[1], 0.25, kFracTol);
+  // Sanity of the hand numbers: the weights are larger than both budgets.
+  EXPECT_GT(static_cast<double>(shape.n_params()) * 2, b.gpu + b.cpu);
+
+  // Less CPU by what 10% of the weights take there (their bytes less the
+  // relay buffer they would need on disk): the disk takes those 10%.
+  EXPECT_EQ(m.memory[1][0].total().coef[1], m.memory[1][1].total().coef[1]);
+  Budgets less = b;
+  less.cpu -= 0.1 * m.memory[1][1].total().coef[1];
+  const PlacementResult r2 = solve_placement(m, less, fixed);
+  ASSERT_TRUE(r2.feasible);
+  EXPECT_NEAR(r2.x[0], 0.4, kFracTol);
+  EXPECT_NEAR(r2.x[1], 0.25, kFracTol);
+}
+
+TEST(PolicyPlacementLp, ObjectiveMatchesTheEvaluationOfItsPolicy) {
+  const HardwareProfile hw = find_hardware_profile("t4");
+  for (const char* model : {"opt-30b", "llama-3-8b", "opt-175b"}) {
+    SearchOptions o;
+    o.max_block_size = 512;
+    const SearchResult r =
+        search_policy(find_model_preset(model), hw, {512, 32}, budgets_of(hw), o);
+    const Prediction& p = r.prediction;
+    const double per_token = p.total_s / (static_cast<double>(p.block_size) * 32);
+    // The LP's times are its rows met to 1e-7 relative; the tie-break keeps
+    // the optimum to 1e-9.
+    EXPECT_NEAR(per_token, r.lp_seconds_per_token, 1e-6 * r.lp_seconds_per_token) << model;
+    EXPECT_TRUE(p.fits) << model << ": " << over_budget_message(p);
+    // Evaluating the returned policy afresh gives the same prediction.
+    const Prediction again =
+        predict(find_model_preset(model), hw, {512, 32}, r.policy, budgets_of(hw));
+    EXPECT_EQ(again.total_tokens_per_s, p.total_tokens_per_s) << model;
+  }
+}
+
+TEST(PolicySearch, MoreGpuMemoryNeverPredictsLess) {
+  const HardwareProfile hw = find_hardware_profile("t4");
+  for (const char* model : {"opt-30b", "llama-3-8b"}) {
+    double prev = 0;
+    for (int gib = 6; gib <= 24; gib += 3) {
+      Budgets b = budgets_of(hw);
+      b.gpu = gib * 1073741824.0;
+      SearchOptions o;
+      o.max_block_size = 512;
+      const SearchResult r = search_policy(find_model_preset(model), hw, {512, 32}, b, o);
+      // Each LP's optimum can only improve with a larger budget; the
+      // simplex meets it to 1e-7 relative, so allow 1e-6.
+      EXPECT_GE(r.prediction.total_tokens_per_s, prev * (1 - 1e-6))
+          << model << " at " << gib << "G";
+      prev = r.prediction.total_tokens_per_s;
+    }
+  }
+}
+
+// OPT-30B with 32G of CPU memory and no disk: weights do not fit anywhere.
+// The message names the smallest extra budget, and that budget is exact:
+// slightly more fits, slightly less does not.
+TEST(PolicySearch, InfeasibleBudgetNamesTheSmallestBudgetThatWorks) {
+  const HardwareProfile hw = find_hardware_profile("t4");
+  const ModelShape shape = find_model_preset("opt-30b");
+  Budgets b = budgets_of(hw);
+  b.cpu = 32.0 * 1073741824;
+  b.disk = 0;
+  std::string msg;
+  try {
+    search_policy(shape, hw, {512, 32}, b, {});
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_NE(msg.find("opt-30b does not fit"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("weights that do not fit elsewhere"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--disk-mem is 0B"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--cpu-mem is 32.0G"), std::string::npos) << msg;
+
+  // The smallest disk budget: the need of the smallest batch, the better of
+  // the two attention choices.
+  double need = INFINITY;
+  for (bool att : {false, true}) {
+    Policy p;
+    p.cpu_attention = att;
+    const auto needs = min_tier_needs(build_cost_model(shape, hw, {512, 32}, p), b);
+    ASSERT_TRUE(needs[2].possible);
+    need = std::min(need, needs[2].bytes);
+  }
+  EXPECT_NE(msg.find("at least " + format_bytes(need) + " of disk"), std::string::npos) << msg;
+  Budgets enough = b;
+  enough.disk = need * (1 + 1e-6);
+  EXPECT_NO_THROW(search_policy(shape, hw, {512, 32}, enough, {}));
+  Budgets short_of = b;
+  short_of.disk = need * (1 - 1e-3);
+  EXPECT_THROW(search_policy(shape, hw, {512, 32}, short_of, {}), Error);
+}
+
+TEST(PolicySearch, TooLittleCpuForDiskRelaysNamesCpuMemory) {
+  const HardwareProfile hw = find_hardware_profile("t4");
+  Budgets b = budgets_of(hw);
+  b.cpu = 4.0 * 1073741824;  // OPT-175B streams from disk through CPU buffers
+  try {
+    search_policy(find_model_preset("opt-175b"), hw, {512, 32}, b, {});
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("of CPU memory for buffers that do not fit elsewhere, --cpu-mem is 4.00G"),
+              std::string::npos)
+        << msg;
+  }
+}
+
+TEST(PolicySearch, PinnedChoicesAreKept) {
+  const HardwareProfile hw = find_hardware_profile("t4");
+  SearchOptions o;
+  o.gpu_batch_size = 32;
+  o.cpu_attention = true;
+  o.fixed[static_cast<int>(Frac::kWGpu)] = 0.1;
+  o.compress_weight = parse_compression("q4", "test");
+  o.max_block_size = 256;
+  const SearchResult r =
+      search_policy(find_model_preset("opt-30b"), hw, {512, 32}, budgets_of(hw), o);
+  EXPECT_EQ(r.policy.gpu_batch_size, 32);
+  EXPECT_TRUE(r.policy.cpu_attention);
+  EXPECT_EQ(r.policy.w_gpu, 0.1);
+  EXPECT_EQ(r.policy.compress_weight.bits, 4);
+  EXPECT_LE(r.policy.block_size(), 256);
+}
+
+TEST(PolicySearch, CpuDeviceStreamsFromDiskIntoRam) {
+  ModelShape shape = test::tiny_shape();
+  shape.n_layer = 16;  // 1.2 MB of weights
+  HardwareProfile hw = test::tiny_cpu();
+  Budgets b = budgets_of(hw);
+  const SearchResult fits = search_policy(shape, hw, {8, 4}, b, {});
+  EXPECT_EQ(fits.policy.w_gpu, 0.0);
+  EXPECT_EQ(fits.policy.w_cpu, 1.0);
+  EXPECT_FALSE(fits.policy.cpu_attention);
+  EXPECT_FALSE(fits.prediction.memory[0].used);
+  // Less RAM than the weights: part streams from disk, RAM is full.
+  b.cpu = 600000;  // bytes
+  SearchOptions o;
+  o.gpu_batch_size = 1;
+  o.num_gpu_batches = 1;
+  const SearchResult spill = search_policy(shape, hw, {8, 4}, b, o);
+  EXPECT_GT(spill.policy.w_disk(), 0.0);
+  EXPECT_NEAR(spill.prediction.memory[1].peak, b.cpu, 1e-6 * b.cpu);
+}
+
+TEST(PolicySearch, CandidateGridsAreFixed) {
+  EXPECT_EQ(gpu_batch_candidates(64),
+            (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}));
+  const std::vector<int64_t> g = nb_grid(40);
+  EXPECT_EQ(g.front(), 1);
+  EXPECT_EQ(g[15], 16);
+  for (size_t i = 1; i < g.size(); ++i) EXPECT_GT(g[i], g[i - 1]);
+  EXPECT_LE(g.back(), 40);
+}
+
+}  // namespace
+}  // namespace strata
