@@ -9,23 +9,7 @@ namespace strata {
 
 namespace {
 
-constexpr std::array<DTypeInfo, static_cast<size_t>(DType::kCount)> kInfo = {{
-    {"f32", 1, 4, 0, false, false},
-    {"f16", 1, 2, 0, false, false},
-    {"bf16", 1, 2, 0, false, false},
-    {"i32", 1, 4, 0, false, false},
-    {"i8", 1, 1, 0, false, false},
-    {"q8s32", 32, 2 + 32, 8, true, true},
-    {"q8s64", 64, 2 + 64, 8, true, true},
-    {"q8s128", 128, 2 + 128, 8, true, true},
-    {"q8a32", 32, 4 + 32, 8, true, false},
-    {"q8a64", 64, 4 + 64, 8, true, false},
-    {"q8a128", 128, 4 + 128, 8, true, false},
-    {"q4s32", 32, 2 + 16, 4, true, true},
-    {"q4a32", 32, 4 + 16, 4, true, false},
-    {"q4a64", 64, 4 + 32, 4, true, false},
-    {"q4a128", 128, 4 + 64, 4, true, false},
-}};
+constexpr const auto& kInfo = detail::kDTypeInfo;
 
 }  // namespace
 

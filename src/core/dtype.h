@@ -11,6 +11,7 @@
 //   Q4A<G>: asymmetric 4-bit, x = d*q + m, q in [0,15]      (Q4A32 == GGUF Q4_1)
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -52,6 +53,34 @@ struct DTypeInfo {
 };
 
 const DTypeInfo& dtype_info(DType t);
+
+namespace detail {
+inline constexpr std::array<DTypeInfo, static_cast<size_t>(DType::kCount)> kDTypeInfo = {{
+    {"f32", 1, 4, 0, false, false},
+    {"f16", 1, 2, 0, false, false},
+    {"bf16", 1, 2, 0, false, false},
+    {"i32", 1, 4, 0, false, false},
+    {"i8", 1, 1, 0, false, false},
+    {"q8s32", 32, 2 + 32, 8, true, true},
+    {"q8s64", 64, 2 + 64, 8, true, true},
+    {"q8s128", 128, 2 + 128, 8, true, true},
+    {"q8a32", 32, 4 + 32, 8, true, false},
+    {"q8a64", 64, 4 + 64, 8, true, false},
+    {"q8a128", 128, 4 + 128, 8, true, false},
+    {"q4s32", 32, 2 + 16, 4, true, true},
+    {"q4a32", 32, 4 + 16, 4, true, false},
+    {"q4a64", 64, 4 + 32, 4, true, false},
+    {"q4a128", 128, 4 + 64, 4, true, false},
+}};
+}  // namespace detail
+
+// dtype_info() for constant expressions (static_asserts on block layouts); t
+// must be a valid DType (an invalid one does not compile in a constant
+// expression). At run time use dtype_info(), which checks.
+constexpr const DTypeInfo& dtype_info_constexpr(DType t) {
+  return detail::kDTypeInfo[static_cast<size_t>(t)];
+}
+
 inline std::string_view dtype_name(DType t) { return dtype_info(t).name; }
 inline bool is_quantized(DType t) { return dtype_info(t).quantized; }
 // Parses a name from dtype_name(); nullopt when unknown.

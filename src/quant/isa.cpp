@@ -1,0 +1,81 @@
+// Choosing the instruction-set variant once per process from the CPU's
+// features (the CPUID/XGETBV test of __builtin_cpu_supports, which also checks
+// that the OS saves the vector state).
+#include "quant/isa.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+
+namespace strata {
+
+std::string_view quant_isa_name(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kScalar:
+      return "scalar";
+    case QuantIsa::kAvx2:
+      return "avx2";
+    case QuantIsa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+bool quant_isa_supported(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kScalar:
+      return true;
+#if defined(__x86_64__)
+    case QuantIsa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    case QuantIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("f16c");
+#else
+    default:
+      return false;
+#endif
+  }
+  return false;
+}
+
+const QuantKernels& quant_kernels(QuantIsa isa) {
+  STRATA_ASSERT_MSG(quant_isa_supported(isa), "{} kernels are not supported on this CPU",
+                    quant_isa_name(isa));
+  switch (isa) {
+#if defined(__x86_64__)
+    case QuantIsa::kAvx512:
+      return quant_detail::kernels_avx512();
+    case QuantIsa::kAvx2:
+      return quant_detail::kernels_avx2();
+#endif
+    default:
+      return quant_detail::kernels_scalar();
+  }
+}
+
+namespace {
+
+const QuantKernels& choose() {
+  if (quant_isa_supported(QuantIsa::kAvx512)) {
+    spdlog::debug("quant: using AVX-512 kernels");
+    return quant_kernels(QuantIsa::kAvx512);
+  }
+  if (quant_isa_supported(QuantIsa::kAvx2)) {
+    spdlog::info(
+        "quant: this CPU lacks AVX-512 F/BW/VL/DQ; using the AVX2 (de)quantization kernels");
+    return quant_kernels(QuantIsa::kAvx2);
+  }
+  spdlog::info("quant: this CPU lacks AVX2 with F16C; using the scalar (de)quantization kernels");
+  return quant_kernels(QuantIsa::kScalar);
+}
+
+}  // namespace
+
+const QuantKernels& quant_kernels() {
+  static const QuantKernels& chosen = choose();
+  return chosen;
+}
+
+}  // namespace strata

@@ -1,0 +1,206 @@
+// Helpers shared by the quantization tests: the formats, deterministic random
+// rows of several kinds, guarded buffers, bit-level float comparison.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "quant/isa.h"
+
+namespace strata::test {
+
+inline std::vector<DType> quant_types() {
+  std::vector<DType> out;
+  for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
+    if (is_quantized(static_cast<DType>(i))) out.push_back(static_cast<DType>(i));
+  }
+  return out;
+}
+
+inline int group_of(DType t) {
+  return dtype_info(t).block_elems;
+}
+inline int levels_of(DType t) {
+  return (1 << dtype_info(t).bits) - 1;
+}
+
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The value f16 can hold nearest to v (what an f16 scale or minimum stores).
+inline float f16_round(float v) {
+  return f16_to_f32(f32_to_f16(v));
+}
+
+// A byte buffer with guard bytes on both sides; data() is 64-byte aligned
+// plus `offset`, so tests can also place rows at unaligned addresses.
+class Guarded {
+ public:
+  static constexpr size_t kGuard = 64;
+  static constexpr uint8_t kFill = 0xa5;
+  explicit Guarded(size_t bytes, size_t offset = 0)
+      : bytes_(bytes), offset_(offset), buf_(bytes + 2 * kGuard + offset + 64, kFill) {
+    auto p = reinterpret_cast<uintptr_t>(buf_.data()) + kGuard;
+    start_ = static_cast<size_t>(((p + 63) & ~uintptr_t{63}) -
+                                 reinterpret_cast<uintptr_t>(buf_.data())) +
+             offset;
+  }
+  uint8_t* data() { return buf_.data() + start_; }
+  template <typename T>
+  T* as() {
+    return reinterpret_cast<T*>(data());
+  }
+  size_t size() const { return bytes_; }
+  // True when every byte outside [data(), data() + size()) is still kFill.
+  bool guards_intact() const {
+    for (size_t i = 0; i < buf_.size(); ++i) {
+      if ((i < start_ || i >= start_ + bytes_) && buf_[i] != kFill) return false;
+    }
+    return true;
+  }
+
+ private:
+  size_t bytes_;
+  size_t offset_;
+  std::vector<uint8_t> buf_;
+  size_t start_ = 0;
+};
+
+enum class RowKind {
+  kUniform,    // uniform in [c - r, c + r] per group, r and c random per group
+  kNormal,     // gaussian, a few outliers
+  kWideRange,  // random finite bit patterns over the whole exponent range
+  kSpecial,    // groups from a menu: constant, zeros of both signs, ties,
+               // subnormals, huge, tiny ranges, one NaN/Inf, ...
+};
+
+inline const char* row_kind_name(RowKind k) {
+  switch (k) {
+    case RowKind::kUniform:
+      return "uniform";
+    case RowKind::kNormal:
+      return "normal";
+    case RowKind::kWideRange:
+      return "wide_range";
+    case RowKind::kSpecial:
+      return "special";
+  }
+  return "?";
+}
+
+// n values (a multiple of group) of the given kind; deterministic in seed.
+inline std::vector<float> make_row(RowKind kind, int64_t n, int group, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t g0 = 0; g0 < n; g0 += group) {
+    float* v = x.data() + g0;
+    switch (kind) {
+      case RowKind::kUniform: {
+        const float r = std::ldexp(1.0f, static_cast<int>(rng() % 16) - 8) * (0.5f + u01(rng));
+        const float c = r * (4.0f * u01(rng) - 2.0f);
+        for (int j = 0; j < group; ++j) v[j] = c + r * (2.0f * u01(rng) - 1.0f);
+        break;
+      }
+      case RowKind::kNormal: {
+        std::normal_distribution<float> nd(0.0f, 0.02f);
+        for (int j = 0; j < group; ++j) v[j] = nd(rng);
+        if (rng() % 4 == 0) v[rng() % group] *= 40.0f;
+        break;
+      }
+      case RowKind::kWideRange: {
+        for (int j = 0; j < group; ++j) {
+          uint32_t b;
+          do {
+            b = static_cast<uint32_t>(rng());
+          } while ((b & 0x7f800000u) == 0x7f800000u);
+          v[j] = float_of(b);
+        }
+        break;
+      }
+      case RowKind::kSpecial: {
+        const int pick = static_cast<int>(rng() % 14);
+        const float a = (u01(rng) - 0.5f) * 8.0f;
+        for (int j = 0; j < group; ++j) {
+          switch (pick) {
+            case 0:
+              v[j] = a;
+              break;  // constant
+            case 1:
+              v[j] = (rng() & 1) ? 0.0f : -0.0f;
+              break;  // zeros
+            case 2:
+              v[j] = static_cast<float>(static_cast<int>(rng() % 255) - 127) * 0.5f;
+              break;  // ties
+            case 3:
+              v[j] = float_of(rng() & 0x807fffffu);
+              break;  // subnormals
+            case 4:
+              v[j] = (u01(rng) - 0.5f) * 3e38f;
+              break;  // huge
+            case 5:
+              v[j] = 1000.0f + u01(rng) * 1e-3f;
+              break;  // tiny range, offset
+            case 6:
+              v[j] = (u01(rng) - 0.5f) * 2e-40f;
+              break;  // tiny subnormal range
+            case 7:
+              v[j] = (u01(rng) - 0.5f) * 3e6f;
+              break;  // beyond f16 scales
+            case 8:
+              v[j] = 70000.0f + u01(rng) * 5e5f;
+              break;  // min beyond f16
+            case 9:
+              v[j] = -70000.0f - u01(rng) * 100.0f;
+              break;  // all below -65504
+            case 10:
+              v[j] = (j % 3 == 0) ? 8.0f : -8.0f;
+              break;  // |max| ties, sign
+            case 11:
+              v[j] = static_cast<float>(j) - 16.0f;
+              break;  // ramp
+            case 12:
+              v[j] = u01(rng);
+              break;
+            default:
+              v[j] = static_cast<float>(rng() % 7) * 0.25f;
+              break;  // few levels
+          }
+        }
+        if (pick == 12) {  // one non-finite value somewhere in the group
+          const float bad[] = {NAN, INFINITY, -INFINITY, -NAN};
+          v[rng() % group] = bad[rng() % 4];
+        }
+        break;
+      }
+    }
+  }
+  return x;
+}
+
+// Equal bit patterns, except that any NaN matches any NaN (NaN payloads are
+// not part of the dequantizers' contract for arbitrary input bytes).
+inline bool same_float(float a, float b) {
+  return bits_of(a) == bits_of(b) || (std::isnan(a) && std::isnan(b));
+}
+
+inline std::string isa_param_name(const testing::TestParamInfo<QuantIsa>& info) {
+  return std::string(quant_isa_name(info.param));
+}
+
+}  // namespace strata::test
