@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake pkg-config
   libglpk-dev libcli11-dev libyaml-cpp-dev liburing-dev libspdlog-dev libfmt-dev
-  libgtest-dev libgmock-dev libdnnl-dev libpcre2-dev nlohmann-json3-dev libutf8proc-dev
+  libgtest-dev libgmock-dev libdnnl-dev libpcre2-dev nlohmann-json3-dev libutf8proc-dev libxxhash-dev
   fio python3 python3-venv zstd
 )
 

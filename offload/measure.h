@@ -1,0 +1,151 @@
+// Measurements of the machine Strata runs on, for `strata profile` (DESIGN
+// §7): sequential disk bandwidth through the disk engine (io_uring, O_DIRECT,
+// many blocks in flight), host<->device copies and the GEMM and paged
+// attention rates of a Backend, the RAM read rate, and the memory sizes.
+// Every measurement warms up first, then repeats and keeps the median with
+// its range, so one slow run on a shared machine does not become the number.
+//
+// It measures; it does not decide what a number means to the cost model
+// (cli/cmd_profile.cpp maps them onto a HardwareProfile). Rates come back in
+// bytes or FLOPs per second. FLOPs of attention are counted as the cost model
+// counts them (policy/cost_model.h): 4 * n_new * ctx * q_dim per sequence,
+// so a causal prefill of s tokens counts 4 * s^2 * q_dim although the kernel
+// skips the masked half.
+//
+// Invariant: every rate returned is positive and finite; a measurement that
+// cannot produce one throws Error naming what failed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace strata {
+
+class Backend;
+
+// How often to run a measured body: `warmup` untimed runs, then timed runs
+// until both `min_reps` runs and `min_seconds` have passed (at most max_reps).
+struct TimingPlan {
+  int warmup = 1;
+  int min_reps = 3;
+  int max_reps = 100;
+  double min_seconds = 0.2;
+};
+
+// Seconds per run of a repeated measurement: median, fastest, slowest; and
+// the wall and CPU time (all threads of the process) of the timed runs, whose
+// ratio shows whether other processes took the cores meanwhile.
+struct RunTimes {
+  double median = 0, lo = 0, hi = 0;
+  int n = 0;
+  double wall_s = 0, cpu_s = 0;
+  // `amount` (bytes, FLOPs) per second at the median, the slowest and the
+  // fastest run.
+  double rate(double amount) const { return amount / median; }
+  double rate_lo(double amount) const { return amount / hi; }
+  double rate_hi(double amount) const { return amount / lo; }
+};
+
+RunTimes time_runs(const std::function<void()>& body, const TimingPlan& plan);
+
+// ---- the machine ----
+
+// The CPU's model name ("AMD EPYC 9454"), from /proc/cpuinfo; "unknown CPU".
+std::string cpu_model_name();
+// The commit Strata was built from ("6bd00e0"), or "unknown".
+std::string build_commit();
+
+// ---- memory sizes ----
+
+// RAM this process can use: MemTotal, or the cgroup memory limit when lower.
+uint64_t total_ram_bytes();
+// Bytes an unprivileged writer can still put in `dir` (statvfs f_bavail).
+// Throws Error naming the directory when it cannot be queried.
+uint64_t free_disk_bytes(const std::string& dir);
+
+// ---- disk ----
+
+struct DiskMeasureOptions {
+  uint64_t file_bytes = uint64_t{1} << 30;    // temporary file, rounded down to blocks
+  size_t block_bytes = size_t{1} << 20;       // one request (multiple of kDiskAlign)
+  int queue_depth = 32;                       // requests in flight
+  size_t kv_block_bytes = size_t{128} << 10;  // KV page writes (multiple of kDiskAlign)
+  uint64_t kv_bytes = uint64_t{256} << 20;    // written per KV pass (at most file_bytes)
+  int repeats = 3;                            // timed passes of each kind
+};
+
+struct DiskRates {
+  RunTimes read, write, write_kv;  // seconds per pass
+  uint64_t file_bytes = 0;         // bytes per read or write pass
+  uint64_t kv_pass_bytes = 0;      // bytes per KV write pass
+  size_t block_bytes = 0, kv_block_bytes = 0;
+  int queue_depth = 0;
+  bool direct = true;   // false: the filesystem has no O_DIRECT, the page cache was in the way
+  std::string backend;  // "io_uring" or "threads"
+  double read_bytes_per_s() const { return read.rate(static_cast<double>(file_bytes)); }
+  double write_bytes_per_s() const { return write.rate(static_cast<double>(file_bytes)); }
+  double write_kv_bytes_per_s() const { return write_kv.rate(static_cast<double>(kv_pass_bytes)); }
+};
+
+// Checks that `dir` can hold the temporary file of a disk measurement: it
+// exists, is a directory, a file can be created in it, and it has room for
+// `file_bytes` plus a margin. Throws Error with one line naming the
+// directory, the reason and what to do. Writes nothing that stays.
+void check_offload_dir(const std::string& dir, uint64_t file_bytes);
+
+// Writes a temporary file in `dir` once (warm-up: the blocks get allocated),
+// then times `repeats` passes of sequential writes (each ending in
+// fdatasync), of sequential reads, and of writes in KV-page-sized blocks, all
+// with O_DIRECT and queue_depth requests in flight; removes the file.
+DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& options);
+
+// ---- memory and copies ----
+
+// Seconds to read `bytes` of RAM: each of `threads` OpenMP threads sums its
+// share of a buffer much larger than the caches.
+RunTimes measure_ram_read(size_t bytes, int threads, const TimingPlan& plan);
+
+struct CopyTimes {
+  RunTimes to_device, to_host;  // seconds per copy of `bytes`
+  size_t bytes = 0;
+  bool device_is_host = false;  // the backend's device memory is RAM: a memcpy
+};
+// backend.copy_to_device and copy_to_host of `bytes` between a host buffer
+// and device memory.
+CopyTimes measure_copies(Backend& backend, size_t bytes, const TimingPlan& plan);
+
+// ---- compute ----
+
+// y[m, n] = x[m, k] . W[n, k]^T with W stored as `weight` and the product in
+// `compute` (f32 or bf16); 2*m*n*k FLOPs per run.
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  DType weight = DType::kBF16;
+  DType compute = DType::kBF16;
+  double flops() const {
+    return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  }
+  double weight_bytes() const;
+};
+RunTimes measure_gemm(Backend& backend, const GemmShape& shape, const TimingPlan& plan);
+
+// One layer's paged attention: n_seq sequences of ctx keys each, the last
+// n_new of them new (1 = a decode step, ctx = a prefill), pages of page_size
+// tokens scattered over the pool in a shuffled order as a long-running cache
+// leaves them.
+struct AttentionShape {
+  int64_t n_seq = 0, n_new = 1, ctx = 0;
+  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
+  int64_t page_size = 16;
+  DType kv = DType::kF16;
+  // The cost model's FLOPs: 4 * n_new * ctx * n_head * head_dim per sequence.
+  double model_flops() const;
+  double kv_bytes() const;  // K and V of every sequence, as stored
+};
+RunTimes measure_attention(Backend& backend, const AttentionShape& shape, const TimingPlan& plan);
+
+}  // namespace strata

@@ -1,0 +1,86 @@
+// The boundary between what generates text (driver, sampling, stopping,
+// output) and what computes logits (forward, KV cache, placement, schedule).
+// An Engine runs one *block* of sequences at a time to completion: prefill of
+// every prompt, then decode steps, handing the logits of each step to the
+// caller, which samples and decides which sequences stop. The engine never
+// samples and never sees text.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+
+namespace strata {
+
+// What the caller decides for one sequence after a step.
+struct SeqAction {
+  int32_t next_token = -1;  // fed to the next decode step unless `finished`
+  bool finished = false;    // the sequence leaves the block; its KV pages are freed
+};
+
+// Called after the prefill (step 0) and after every decode step.
+//   active: indices into the block's sequences that produced logits this step
+//   logits: [active.size(), n_vocab] f32, row r belongs to active[r]
+//   out:    [active.size()], one action per active sequence, filled by the callee
+using StepFn = std::function<void(int step, std::span<const int32_t> active, const float* logits,
+                                  std::span<SeqAction> out)>;
+
+struct SeqInput {
+  std::vector<int32_t> prompt;  // non-empty; prompt.size() + max_new_tokens <= n_ctx
+  int32_t max_new_tokens = 0;   // upper bound; the caller may finish a sequence earlier
+};
+
+// Measured facts of the work an engine did, summed over blocks.
+struct EngineStats {
+  double prefill_s = 0;     // wall time of prefill steps
+  double decode_s = 0;      // wall time of decode steps
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;  // tokens sampled by the caller (one per active seq per step)
+  struct Link {
+    uint64_t bytes = 0;
+    double busy_s = 0;
+  };
+  std::map<std::string, Link> links;          // "disk->cpu", "cpu->gpu", ...
+  std::map<std::string, double> queue_busy_s; // "compute", "load", "store", ...
+  std::map<std::string, uint64_t> peak_bytes; // per tier: "gpu", "cpu", "disk"
+};
+
+struct EngineOptions {
+  DType compute_dtype = DType::kF32;  // f32 or bf16 (matmul inputs; accumulation is f32)
+  DType kv_dtype = DType::kF32;       // storage of the KV cache
+  int64_t gpu_batch_size = 8;         // sequences per micro-batch
+  int64_t num_gpu_batches = 1;        // micro-batches per block
+  int64_t page_size = 16;             // tokens per KV page
+  int threads = 0;                    // 0: all cores
+  uint64_t kv_budget_bytes = 0;       // KV cache byte budget; 0: half of the RAM available at start
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Sequences per block (gpu_batch_size x num_gpu_batches).
+  virtual int64_t block_size() const = 0;
+
+  // Runs `seqs` (at most block_size()) to completion. Throws Error for a prompt
+  // that does not fit the context or a KV budget that cannot hold the block.
+  virtual void run_block(std::span<const SeqInput> seqs, const StepFn& on_step) = 0;
+
+  // Logits at every position of one sequence ([tokens.size(), n_vocab] f32,
+  // row t predicts token t+1), for perplexity. Uses no cached state.
+  virtual std::vector<float> score(std::span<const int32_t> tokens) = 0;
+
+  virtual EngineStats stats() const = 0;
+};
+
+// The implementation (forward, KV cache, placement, schedule) lives in
+// offload/ (offload/engine.h: make_engine), which depends on this header, not
+// the other way round.
+
+}  // namespace strata

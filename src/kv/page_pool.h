@@ -1,0 +1,107 @@
+// The KV cache's page pool: a byte budget cut into pages of page_size tokens.
+// A page id names the same page in every layer: page p of layer l is K at
+// k_pages_l[p] and V at v_pages_l[p], each [page_size, n_kv_head, head_dim]
+// in the kv dtype (the layout of kernels/cpu/attention.h), with the key
+// min/max of the page at k_min_l/k_max_l + p * n_kv_head * head_dim (f32).
+//
+// Storage is device memory from the Backend, allocated on demand in slabs
+// (capacity doubles, never beyond the budget); pages are handed out from a
+// free list with a reference count of 1 and return to it when the count
+// drops to 0, so several sequences can share a page (a prompt prefix).
+// Every page carries its home tier (where its bytes live: the compute
+// device's memory for now; the offload work places them elsewhere).
+//
+// Invariants: a page id in use is in [0, capacity()); n_used() <= max_pages();
+// storage bytes never exceed the budget. Growing the pool reallocates the
+// page pointer and min/max arrays, so KvLayer views taken before an
+// allocate() are stale after it: take views after the step's allocations.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/backend.h"
+
+namespace strata {
+
+// Where a page's bytes live (the tiers of DESIGN §3).
+enum class PageTier : uint8_t { kGpu, kCpu, kDisk };
+std::string_view page_tier_name(PageTier t);
+
+struct KvGeometry {
+  int64_t n_layer = 0;
+  int64_t n_kv_head = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::kF32;  // f32, f16 or bf16
+  int64_t page_size = 16;
+
+  int64_t row() const { return n_kv_head * head_dim; }  // elements of one token's K (or V)
+  // Bytes of one K (or V) page of one layer.
+  uint64_t page_bytes() const;
+  // Bytes one page id costs over all layers: K + V pages and the key min/max.
+  uint64_t bytes_per_page() const;
+  // Pages that hold n_tokens tokens.
+  int64_t pages_for(int64_t n_tokens) const { return (n_tokens + page_size - 1) / page_size; }
+};
+
+class PagePool {
+ public:
+  // Throws Error when the geometry is invalid or the budget holds no page.
+  PagePool(Backend& backend, const KvGeometry& geometry, uint64_t budget_bytes);
+  ~PagePool();
+  PagePool(const PagePool&) = delete;
+  PagePool& operator=(const PagePool&) = delete;
+
+  const KvGeometry& geometry() const { return g_; }
+  uint64_t budget_bytes() const { return budget_; }
+  int64_t max_pages() const { return max_pages_; }  // pages the budget holds
+  int64_t capacity() const { return capacity_; }    // pages with storage now
+  int64_t n_used() const { return n_used_; }
+  int64_t n_free() const { return max_pages_ - n_used_; }
+  int64_t peak_used() const { return peak_used_; }
+  // Bytes of the pages in use at the peak, and of the storage allocated now.
+  uint64_t peak_bytes() const { return static_cast<uint64_t>(peak_used_) * g_.bytes_per_page(); }
+  uint64_t storage_bytes() const { return static_cast<uint64_t>(capacity_) * g_.bytes_per_page(); }
+  void reset_peak() { peak_used_ = n_used_; }
+
+  // A free page with reference count 1, its min/max not yet meaningful.
+  // Throws Error naming the budget when every page the budget holds is in use.
+  int32_t allocate();
+  void retain(int32_t page);
+  // Drops one reference; the page is free again at 0.
+  void release(int32_t page);
+  int32_t ref_count(int32_t page) const;
+  PageTier home(int32_t page) const;
+  void set_home(int32_t page, PageTier tier);
+
+  // Layer l's view (device pointers), valid until the next allocate().
+  KvLayer layer(int64_t l) const;
+
+ private:
+  void grow(int64_t min_capacity);
+  void check_id(int32_t page) const;
+
+  Backend& backend_;
+  KvGeometry g_;
+  uint64_t budget_ = 0;
+  int64_t max_pages_ = 0;
+  int64_t capacity_ = 0;
+  int64_t n_used_ = 0;
+  int64_t peak_used_ = 0;
+  PageTier default_home_ = PageTier::kCpu;
+
+  std::vector<DeviceBuffer> slabs_;  // page storage: [layer][K, V][pages of the slab][page_bytes]
+  struct LayerArrays {
+    std::vector<void*> k_host, v_host;  // [capacity] page pointers (host mirror)
+    DeviceBuffer k_ptrs, v_ptrs;        // [capacity] the same, on the device
+    DeviceBuffer k_min, k_max;          // [capacity, row] f32
+  };
+  std::vector<LayerArrays> layers_;
+  std::vector<int32_t> refs_;   // [capacity]
+  std::vector<PageTier> home_;  // [capacity]
+  std::vector<int32_t> free_;   // free page ids; the last one goes out next
+};
+
+}  // namespace strata

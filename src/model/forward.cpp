@@ -1,0 +1,261 @@
+#include "model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace strata {
+
+void MicroBatchHost::clear() {
+  tokens.clear();
+  positions.clear();
+  pos_ids.clear();
+  q_indptr.assign(1, 0);
+  kv_len.clear();
+  page_indptr.assign(1, 0);
+  page_ids.clear();
+  slots.clear();
+  touched.clear();
+  n_filled.clear();
+  out_rows.clear();
+}
+
+void MicroBatchHost::add_sequence(std::span<const int32_t> new_tokens, int64_t start,
+                                  std::span<const int32_t> pages, int64_t page_size, bool all_rows,
+                                  int64_t pos_offset) {
+  const int64_t n = static_cast<int64_t>(new_tokens.size());
+  const int64_t len = start + n;
+  STRATA_ASSERT(n >= 1 && start >= 0);
+  STRATA_ASSERT(static_cast<int64_t>(pages.size()) * page_size >= len);
+  const int64_t row0 = static_cast<int64_t>(tokens.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t pos = start + i;
+    tokens.push_back(new_tokens[static_cast<size_t>(i)]);
+    positions.push_back(static_cast<int32_t>(pos));
+    if (pos_offset >= 0) pos_ids.push_back(static_cast<int32_t>(pos + pos_offset));
+    slots.push_back(static_cast<int64_t>(pages[static_cast<size_t>(pos / page_size)]) * page_size +
+                    pos % page_size);
+    if (all_rows) out_rows.push_back(static_cast<int32_t>(row0 + i));
+  }
+  if (!all_rows) out_rows.push_back(static_cast<int32_t>(row0 + n - 1));
+  // Pages that receive new keys, each with its fill after the step.
+  for (int64_t p = start / page_size; p * page_size < len; ++p) {
+    touched.push_back(pages[static_cast<size_t>(p)]);
+    n_filled.push_back(static_cast<int32_t>(std::min(page_size, len - p * page_size)));
+  }
+  q_indptr.push_back(static_cast<int32_t>(tokens.size()));
+  kv_len.push_back(static_cast<int32_t>(len));
+  const int64_t used = (len + page_size - 1) / page_size;
+  page_ids.insert(page_ids.end(), pages.begin(), pages.begin() + used);
+  page_indptr.push_back(static_cast<int32_t>(page_ids.size()));
+}
+
+MicroBatch upload_micro_batch(Backend& backend, const MicroBatchHost& h, DeviceBuffer& storage) {
+  MicroBatch mb;
+  mb.n_tokens = h.n_tokens();
+  mb.n_touched = static_cast<int64_t>(h.touched.size());
+  mb.n_out = static_cast<int64_t>(h.out_rows.size());
+  mb.seqs.n_seq = h.n_seq();
+  STRATA_ASSERT(h.q_indptr.size() == h.kv_len.size() + 1);
+  STRATA_ASSERT(h.page_indptr.size() == h.kv_len.size() + 1);
+  STRATA_ASSERT(h.slots.size() == h.tokens.size() && h.positions.size() == h.tokens.size());
+  STRATA_ASSERT(h.n_filled.size() == h.touched.size());
+
+  auto data_of = [](const auto& v) -> const void* { return v.empty() ? nullptr : v.data(); };
+  struct Item {
+    const void* src;
+    size_t bytes;
+    const void** dst;
+  };
+  const Item items[] = {
+      {data_of(h.tokens), h.tokens.size() * 4, reinterpret_cast<const void**>(&mb.tokens)},
+      {data_of(h.positions), h.positions.size() * 4, reinterpret_cast<const void**>(&mb.positions)},
+      {data_of(h.pos_ids), h.pos_ids.size() * 4, reinterpret_cast<const void**>(&mb.pos_ids)},
+      {data_of(h.q_indptr), h.q_indptr.size() * 4,
+       reinterpret_cast<const void**>(&mb.seqs.q_indptr)},
+      {data_of(h.kv_len), h.kv_len.size() * 4, reinterpret_cast<const void**>(&mb.seqs.kv_len)},
+      {data_of(h.page_indptr), h.page_indptr.size() * 4,
+       reinterpret_cast<const void**>(&mb.seqs.page_indptr)},
+      {data_of(h.page_ids), h.page_ids.size() * 4,
+       reinterpret_cast<const void**>(&mb.seqs.page_ids)},
+      {data_of(h.slots), h.slots.size() * 8, reinterpret_cast<const void**>(&mb.slots)},
+      {data_of(h.touched), h.touched.size() * 4, reinterpret_cast<const void**>(&mb.touched)},
+      {data_of(h.n_filled), h.n_filled.size() * 4, reinterpret_cast<const void**>(&mb.n_filled)},
+      {data_of(h.out_rows), h.out_rows.size() * 4, reinterpret_cast<const void**>(&mb.out_rows)},
+  };
+  if (backend.memory_is_host()) {
+    for (const Item& it : items) *it.dst = it.src;
+    return mb;
+  }
+  size_t total = 0;
+  for (const Item& it : items) total += (it.bytes + 63) / 64 * 64;
+  if (storage.size() < total) storage = backend.alloc(total * 2);
+  size_t off = 0;
+  for (const Item& it : items) {
+    char* dst = storage.as<char>() + off;
+    if (it.bytes > 0) backend.copy_to_device(dst, it.src, it.bytes);
+    *it.dst = it.bytes > 0 ? dst : nullptr;
+    off += (it.bytes + 63) / 64 * 64;
+  }
+  return mb;
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& c, int64_t rot_dim) {
+  STRATA_ASSERT(rot_dim >= 2 && rot_dim % 2 == 0);
+  const RopeScaling& s = c.rope_scaling;
+  std::vector<float> out(static_cast<size_t>(rot_dim / 2));
+  const double low_wavelen = static_cast<double>(s.original_max_position) / s.low_freq_factor;
+  const double high_wavelen = static_cast<double>(s.original_max_position) / s.high_freq_factor;
+  for (int64_t i = 0; i < rot_dim / 2; ++i) {
+    double f = 1.0 / std::pow(static_cast<double>(c.rope_theta),
+                              static_cast<double>(2 * i) / static_cast<double>(rot_dim));
+    switch (s.type) {
+      case RopeScaling::Type::kNone:
+        break;
+      case RopeScaling::Type::kLinear:
+        f /= s.factor;
+        break;
+      case RopeScaling::Type::kLlama3: {
+        // transformers' _compute_llama3_parameters
+        const double wavelen = 2.0 * M_PI / f;
+        if (wavelen > low_wavelen) {
+          f /= s.factor;
+        } else if (wavelen >= high_wavelen) {
+          const double smooth =
+              (static_cast<double>(s.original_max_position) / wavelen - s.low_freq_factor) /
+              (s.high_freq_factor - s.low_freq_factor);
+          f = (1.0 - smooth) * f / s.factor + smooth * f;
+        }
+        break;
+      }
+    }
+    if (!c.rope_freq_factors.empty()) f /= c.rope_freq_factors[static_cast<size_t>(i)];
+    out[static_cast<size_t>(i)] = static_cast<float>(f);
+  }
+  return out;
+}
+
+Forward::Forward(Backend& backend, const ModelConfig& config, DType compute)
+    : be_(backend), c_(config), compute_(compute) {
+  if (compute_ != DType::kF32 && compute_ != DType::kBF16) {
+    fail("compute dtype {} is not supported; use f32 or bf16", dtype_name(compute_));
+  }
+  q_dim_ = c_.n_head * c_.head_dim;
+  kv_dim_ = c_.n_kv_head * c_.head_dim;
+  qkv_dim_ = q_dim_ + 2 * kv_dim_;
+  attn_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)));
+  switch (c_.act) {
+    case Activation::kRelu:
+      act_ = ActFn::kRelu;
+      break;
+    case Activation::kGelu:
+      act_ = ActFn::kGelu;
+      break;
+    case Activation::kSilu:
+      act_ = ActFn::kSilu;
+      break;
+  }
+  if (c_.gated_ffn && c_.act != Activation::kSilu) {
+    fail("{}: a gated FFN with activation {} is not supported (only SwiGLU)", c_.architecture,
+         activation_name(c_.act));
+  }
+  if (c_.rope_layout != RopeLayout::kNone) {
+    rot_dim_ = c_.head_dim;
+    pairs_ = c_.rope_layout == RopeLayout::kHalf ? RopePairs::kHalf : RopePairs::kInterleaved;
+    const std::vector<float> inv = rope_inv_freq(c_, rot_dim_);
+    inv_freq_ = be_.alloc(inv.size() * sizeof(float));
+    be_.copy_to_device(inv_freq_.data(), inv.data(), inv.size() * sizeof(float));
+  }
+}
+
+void Forward::reserve(int64_t n_tokens) {
+  if (n_tokens <= ws_tokens_) return;
+  const int64_t t = std::max(n_tokens, ws_tokens_ * 3 / 2);
+  const int64_t per_token = 2 * c_.n_embd + qkv_dim_ + q_dim_ + 2 * c_.n_ff;
+  ws_ = DeviceBuffer();
+  ws_ = be_.alloc(static_cast<size_t>(t * per_token + 5 * 16) * sizeof(float));
+  float* p = ws_.as<float>();
+  auto take = [&](int64_t n) {
+    float* r = p;
+    p += (n + 15) / 16 * 16;
+    return r;
+  };
+  normed_ = take(t * c_.n_embd);
+  qkv_ = take(t * qkv_dim_);
+  attn_ = take(t * q_dim_);
+  proj_ = take(t * c_.n_embd);
+  ffn_ = take(t * 2 * c_.n_ff);
+  ws_tokens_ = t;
+}
+
+void Forward::norm(float* y, const float* x, const float* w, const float* b, int64_t n_rows) {
+  const int64_t E = c_.n_embd;
+  if (c_.norm == NormKind::kRmsNorm) {
+    be_.rms_norm(y, E, x, E, w, c_.norm_eps, n_rows, E);
+  } else {
+    be_.layer_norm(y, E, x, E, w, b, c_.norm_eps, n_rows, E);
+  }
+}
+
+void Forward::embed(const GlobalWeights& w, const MicroBatch& mb, float* hidden) {
+  reserve(mb.n_tokens);
+  const int64_t E = c_.n_embd;
+  be_.embedding(hidden, E, w.token_embd, mb.tokens, mb.n_tokens);
+  if (c_.learned_pos) {
+    STRATA_ASSERT(mb.pos_ids != nullptr);
+    be_.embedding(proj_, E, w.position_embd, mb.pos_ids, mb.n_tokens);
+    be_.add(hidden, E, hidden, E, proj_, E, mb.n_tokens, E);
+  }
+}
+
+void Forward::layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const MicroBatch& mb,
+                    float* hidden) {
+  (void)j;
+  reserve(mb.n_tokens);
+  const int64_t n = mb.n_tokens;
+  const int64_t E = c_.n_embd, F = c_.n_ff;
+  float* q = qkv_;
+  float* k = qkv_ + q_dim_;
+  float* v = qkv_ + q_dim_ + kv_dim_;
+
+  // Attention block.
+  norm(normed_, hidden, w.attn_norm, w.attn_norm_b, n);
+  be_.matmul(q, qkv_dim_, normed_, E, w.q, w.q_bias, n, compute_);
+  be_.matmul(k, qkv_dim_, normed_, E, w.k, w.k_bias, n, compute_);
+  be_.matmul(v, qkv_dim_, normed_, E, w.v, w.v_bias, n, compute_);
+  if (rot_dim_ > 0) {
+    be_.rope(q, qkv_dim_, c_.n_head, k, qkv_dim_, c_.n_kv_head, c_.head_dim, mb.positions, n,
+             inv_freq_.as<float>(), rot_dim_, pairs_);
+  }
+  be_.kv_append(kv, k, qkv_dim_, v, qkv_dim_, mb.slots, n, mb.touched, mb.n_filled, mb.n_touched);
+  be_.attention(attn_, q_dim_, q, qkv_dim_, c_.n_head, kv, mb.seqs, attn_scale_);
+  be_.matmul(proj_, E, attn_, q_dim_, w.o, w.o_bias, n, compute_);
+  be_.add(hidden, E, hidden, E, proj_, E, n, E);
+
+  // MLP block.
+  norm(normed_, hidden, w.ffn_norm, w.ffn_norm_b, n);
+  if (c_.gated_ffn) {
+    be_.matmul(ffn_, 2 * F, normed_, E, w.gate, nullptr, n, compute_);
+    be_.matmul(ffn_ + F, 2 * F, normed_, E, w.up, w.up_bias, n, compute_);
+    be_.swiglu(ffn_, 2 * F, ffn_, 2 * F, ffn_ + F, 2 * F, n, F);
+  } else {
+    be_.matmul(ffn_, 2 * F, normed_, E, w.up, w.up_bias, n, compute_);
+    be_.activation(act_, ffn_, 2 * F, ffn_, 2 * F, n, F);
+  }
+  be_.matmul(proj_, E, ffn_, 2 * F, w.down, w.down_bias, n, compute_);
+  be_.add(hidden, E, hidden, E, proj_, E, n, E);
+}
+
+void Forward::head(const GlobalWeights& w, const MicroBatch& mb, const float* hidden,
+                   float* logits) {
+  reserve(mb.n_tokens);
+  const int64_t E = c_.n_embd;
+  if (mb.n_out == 0) return;
+  be_.gather_rows(normed_, E, hidden, E, mb.out_rows, mb.n_out, E);
+  norm(normed_, normed_, w.output_norm, w.output_norm_b, mb.n_out);
+  be_.matmul(logits, w.output.rows, normed_, E, w.output, nullptr, mb.n_out, compute_);
+}
+
+}  // namespace strata

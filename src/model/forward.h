@@ -1,0 +1,126 @@
+// The forward pass of both families (OPT, Llama incl. Qwen2 and Mistral)
+// written once against the Backend, over one micro-batch: a flat batch of
+// the new tokens of several sequences of different lengths, no padding, with
+// per-token positions and per-sequence page tables into the paged KV cache.
+//
+//   embed:  hidden = token_embd[token] (+ position_embd[pos + pos_offset], OPT)
+//   layer:  h = norm(hidden); q,k,v = h.W^T (+ b); RoPE(q, k) (Llama);
+//           append k, v to the cache; a = attention(q, cached + new keys);
+//           hidden += a.Wo^T (+ b); h = norm(hidden);
+//           hidden += down(silu(gate(h)) * up(h))       (Llama, SwiGLU)
+//           hidden += fc2(act(fc1(h) + b1)) + b2        (OPT)
+//   head:   logits = norm(hidden[rows]).output^T, for the listed rows only
+//
+// Activations between the three calls live in the caller's `hidden`
+// ([n_tokens, n_embd] f32, device); everything else is scratch owned here,
+// grown to the largest micro-batch seen. The forward reads weights where
+// the views point and never loads anything; it does not know about steps,
+// blocks or schedules.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/layer_weights.h"
+
+namespace strata {
+
+// One micro-batch as the engine builds it on the host. Sequence s owns the
+// token rows [q_indptr[s], q_indptr[s+1]); its first new token sits at
+// position kv_len[s] - (q_indptr[s+1] - q_indptr[s]).
+struct MicroBatchHost {
+  std::vector<int32_t> tokens;       // [n_tokens] token ids
+  std::vector<int32_t> positions;    // [n_tokens]
+  std::vector<int32_t> pos_ids;      // [n_tokens] positions + pos_offset (learned positions only)
+  std::vector<int32_t> q_indptr{0};  // [n_seq + 1]
+  std::vector<int32_t> kv_len;       // [n_seq] keys after this step's tokens
+  std::vector<int32_t> page_indptr{0};  // [n_seq + 1]
+  std::vector<int32_t> page_ids;        // [page_indptr[n_seq]]
+  std::vector<int64_t> slots;           // [n_tokens] page * page_size + offset of each new token
+  std::vector<int32_t> touched;         // [n_touched] pages written by this step's tokens
+  std::vector<int32_t> n_filled;        // [n_touched] tokens in each touched page after the step
+  std::vector<int32_t> out_rows;        // [n_out] token rows whose logits the head computes
+
+  int64_t n_seq() const { return static_cast<int64_t>(kv_len.size()); }
+  int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  void clear();
+  // Appends a sequence whose new tokens `tokens` start at position `start`
+  // (tokens 0..start-1 are cached); `pages` is its page table covering
+  // start + tokens.size() keys. all_rows: every new token's logits are
+  // wanted (scoring), else only the last one's. pos_offset < 0: no learned
+  // positions.
+  void add_sequence(std::span<const int32_t> tokens, int64_t start, std::span<const int32_t> pages,
+                    int64_t page_size, bool all_rows, int64_t pos_offset);
+};
+
+// The same arrays on the device.
+struct MicroBatch {
+  int64_t n_tokens = 0;
+  int64_t n_touched = 0;
+  int64_t n_out = 0;
+  const int32_t* tokens = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* pos_ids = nullptr;
+  AttentionSeqs seqs;
+  const int64_t* slots = nullptr;
+  const int32_t* touched = nullptr;
+  const int32_t* n_filled = nullptr;
+  const int32_t* out_rows = nullptr;
+};
+
+// Points a MicroBatch at the host arrays when the backend computes on host
+// memory; otherwise copies them into `storage` (grown as needed) and points
+// there. The host arrays must outlive the MicroBatch.
+MicroBatch upload_micro_batch(Backend& backend, const MicroBatchHost& host, DeviceBuffer& storage);
+
+// inv_freq[i] = theta^(-2i/rot_dim), scaled as transformers does (linear,
+// llama3) and divided by GGUF's rope_freq_factors; [rot_dim / 2].
+std::vector<float> rope_inv_freq(const ModelConfig& c, int64_t rot_dim);
+
+class Forward {
+ public:
+  // compute: f32 or bf16 (the matmul inputs; everything else is f32).
+  // Throws Error for a model shape the forward cannot run.
+  Forward(Backend& backend, const ModelConfig& config, DType compute);
+
+  const ModelConfig& config() const { return c_; }
+  DType compute() const { return compute_; }
+
+  // hidden: [mb.n_tokens, n_embd]
+  void embed(const GlobalWeights& w, const MicroBatch& mb, float* hidden);
+  // Layer j over the micro-batch: appends its k/v to kv, updates hidden in place.
+  void layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const MicroBatch& mb,
+             float* hidden);
+  // logits: [mb.n_out, n_vocab], row r for token row mb.out_rows[r].
+  void head(const GlobalWeights& w, const MicroBatch& mb, const float* hidden, float* logits);
+
+  // Scratch bytes held now.
+  size_t workspace_bytes() const { return ws_.size(); }
+  // Grows the scratch for micro-batches of up to n_tokens tokens.
+  void reserve(int64_t n_tokens);
+
+ private:
+  void norm(float* y, const float* x, const float* w, const float* b, int64_t n_rows);
+
+  Backend& be_;
+  ModelConfig c_;
+  DType compute_;
+  int64_t q_dim_ = 0, kv_dim_ = 0, qkv_dim_ = 0;
+  int64_t rot_dim_ = 0;
+  RopePairs pairs_ = RopePairs::kHalf;
+  ActFn act_ = ActFn::kSilu;
+  float attn_scale_ = 1.0f;
+  DeviceBuffer inv_freq_;  // [rot_dim / 2]
+  DeviceBuffer ws_;
+  int64_t ws_tokens_ = 0;
+  float* normed_ = nullptr;  // [ws_tokens, n_embd]
+  float* qkv_ = nullptr;     // [ws_tokens, q_dim + 2 kv_dim]
+  float* attn_ = nullptr;    // [ws_tokens, q_dim]
+  float* proj_ = nullptr;    // [ws_tokens, n_embd]
+  float* ffn_ = nullptr;     // [ws_tokens, 2 n_ff]
+};
+
+}  // namespace strata

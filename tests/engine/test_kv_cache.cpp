@@ -1,0 +1,312 @@
+// The paged KV cache: pages on demand, budget, reference counts, growth that
+// keeps page contents, and key min/max kept up to date as tokens are
+// appended through the backend.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kv/kv_cache.h"
+#include "model/forward.h"
+
+namespace strata {
+namespace {
+
+KvGeometry geometry(DType dtype, int64_t page_size = 16) {
+  KvGeometry g;
+  g.n_layer = 3;
+  g.n_kv_head = 2;
+  g.head_dim = 8;
+  g.dtype = dtype;
+  g.page_size = page_size;
+  return g;
+}
+
+TEST(KvGeometry, Bytes) {
+  const KvGeometry g = geometry(DType::kF16);
+  EXPECT_EQ(g.row(), 16);
+  EXPECT_EQ(g.page_bytes(), 16u * 16 * 2);
+  EXPECT_EQ(g.bytes_per_page(), 3u * (2 * 16 * 16 * 2 + 2 * 16 * 4));
+  EXPECT_EQ(g.pages_for(0), 0);
+  EXPECT_EQ(g.pages_for(1), 1);
+  EXPECT_EQ(g.pages_for(16), 1);
+  EXPECT_EQ(g.pages_for(17), 2);
+}
+
+TEST(KvCache, PagesOnDemandAndFreedWithTheSequence) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF32);
+  KvCache kv(be, g, 100 * g.bytes_per_page());
+  EXPECT_EQ(kv.pool().max_pages(), 100);
+  EXPECT_EQ(kv.pool().capacity(), 0);  // nothing allocated before the first page
+
+  const int32_t a = kv.add_sequence();
+  const int32_t b = kv.add_sequence();
+  EXPECT_EQ(kv.extend(a, 5), 0);
+  EXPECT_EQ(kv.pages(a).size(), 1u);
+  EXPECT_EQ(kv.extend(a, 11), 5);  // fills the first page exactly
+  EXPECT_EQ(kv.pages(a).size(), 1u);
+  EXPECT_EQ(kv.extend(a, 1), 16);
+  EXPECT_EQ(kv.pages(a).size(), 2u);
+  EXPECT_EQ(kv.length(a), 17);
+  EXPECT_EQ(kv.extend(b, 40), 0);
+  EXPECT_EQ(kv.pages(b).size(), 3u);
+  EXPECT_EQ(kv.pool().n_used(), 5);
+  EXPECT_EQ(kv.pool().peak_used(), 5);
+
+  std::set<int32_t> all;
+  for (int32_t p : kv.pages(a)) all.insert(p);
+  for (int32_t p : kv.pages(b)) all.insert(p);
+  EXPECT_EQ(all.size(), 5u) << "two tables share a page";
+  for (int32_t p : all) {
+    EXPECT_EQ(kv.pool().ref_count(p), 1);
+    EXPECT_EQ(kv.pool().home(p), PageTier::kCpu);
+  }
+
+  kv.remove_sequence(a);
+  EXPECT_EQ(kv.pool().n_used(), 3);
+  EXPECT_EQ(kv.n_sequences(), 1);
+  const int32_t c = kv.add_sequence();
+  EXPECT_EQ(c, a) << "the id of a removed sequence is reused";
+  EXPECT_EQ(kv.length(c), 0);
+  kv.remove_sequence(b);
+  kv.remove_sequence(c);
+  EXPECT_EQ(kv.pool().n_used(), 0);
+  EXPECT_EQ(kv.pool().peak_used(), 5);
+  EXPECT_EQ(kv.pool().peak_bytes(), 5 * g.bytes_per_page());
+}
+
+TEST(KvCache, BudgetExhaustedIsAnErrorAndLeavesTheSequenceUnchanged) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kBF16);
+  KvCache kv(be, g, 4 * g.bytes_per_page() + g.bytes_per_page() / 2);  // holds 4 pages
+  EXPECT_EQ(kv.pool().max_pages(), 4);
+  const int32_t a = kv.add_sequence();
+  kv.extend(a, 20);  // 2 pages
+  const int32_t b = kv.add_sequence();
+  EXPECT_EQ(kv.pages_needed(std::vector<int32_t>{a}, std::vector<int64_t>{64, 33}), 2 + 3);
+  try {
+    kv.extend(b, 16 * 3);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("KV cache budget"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("holds 4 pages"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("batch size"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(kv.length(b), 0);
+  EXPECT_TRUE(kv.pages(b).empty());
+  EXPECT_EQ(kv.pool().n_used(), 2) << "pages of the failed extend were not returned";
+  kv.extend(b, 32);  // exactly the rest
+  EXPECT_EQ(kv.pool().n_free(), 0);
+}
+
+TEST(KvCache, BudgetBelowOnePageIsAnError) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF32);
+  EXPECT_THROW(KvCache(be, g, g.bytes_per_page() - 1), Error);
+  KvGeometry bad = g;
+  bad.dtype = DType::kQ8S32;
+  EXPECT_THROW(KvCache(be, bad, 1 << 20), Error);
+}
+
+TEST(PagePool, ReferenceCounts) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF16);
+  PagePool pool(be, g, 10 * g.bytes_per_page());
+  const int32_t p = pool.allocate();
+  pool.retain(p);
+  pool.retain(p);
+  EXPECT_EQ(pool.ref_count(p), 3);
+  pool.release(p);
+  pool.release(p);
+  EXPECT_EQ(pool.n_used(), 1);
+  pool.release(p);
+  EXPECT_EQ(pool.n_used(), 0);
+  EXPECT_EQ(pool.ref_count(p), 0);
+  pool.set_home(pool.allocate(), PageTier::kDisk);
+  EXPECT_EQ(page_tier_name(PageTier::kDisk), "disk");
+}
+
+// Page storage: every page of every layer is its own aligned, non-overlapping
+// block, and growing the pool keeps what earlier pages hold.
+TEST(PagePool, GrowthKeepsPagesAndMinMax) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF32);
+  PagePool pool(be, g, 1000 * g.bytes_per_page());
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back(pool.allocate());
+  const int64_t cap0 = pool.capacity();
+  // Mark page contents and min/max.
+  for (int64_t l = 0; l < g.n_layer; ++l) {
+    const KvLayer v = pool.layer(l);
+    for (int32_t p : ids) {
+      auto* k = static_cast<float*>(v.k_pages[p]);
+      auto* vv = static_cast<float*>(v.v_pages[p]);
+      for (int64_t e = 0; e < g.page_size * g.row(); ++e) {
+        k[e] = static_cast<float>(l * 1000 + p);
+        vv[e] = -static_cast<float>(l * 1000 + p);
+      }
+      for (int64_t e = 0; e < g.row(); ++e) {
+        v.k_min[p * g.row() + e] = static_cast<float>(p + e);
+        v.k_max[p * g.row() + e] = static_cast<float>(p * e);
+      }
+    }
+  }
+  std::vector<int32_t> more;
+  while (pool.capacity() == cap0) more.push_back(pool.allocate());
+  EXPECT_GT(pool.capacity(), cap0);
+  std::set<const void*> seen;
+  for (int64_t l = 0; l < g.n_layer; ++l) {
+    const KvLayer v = pool.layer(l);
+    EXPECT_EQ(v.n_pages, pool.capacity());
+    for (int32_t p : ids) {
+      const auto* k = static_cast<const float*>(v.k_pages[p]);
+      const auto* vv = static_cast<const float*>(v.v_pages[p]);
+      for (int64_t e = 0; e < g.page_size * g.row(); ++e) {
+        ASSERT_EQ(k[e], static_cast<float>(l * 1000 + p));
+        ASSERT_EQ(vv[e], -static_cast<float>(l * 1000 + p));
+      }
+      for (int64_t e = 0; e < g.row(); ++e) {
+        ASSERT_EQ(v.k_min[p * g.row() + e], static_cast<float>(p + e));
+        ASSERT_EQ(v.k_max[p * g.row() + e], static_cast<float>(p * e));
+      }
+    }
+    for (int64_t p = 0; p < pool.capacity(); ++p) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(v.k_pages[p]) % 64, 0u);
+      EXPECT_TRUE(seen.insert(v.k_pages[p]).second);
+      EXPECT_TRUE(seen.insert(v.v_pages[p]).second);
+    }
+  }
+  // Distinct pointers at page_bytes granularity inside each slab: no overlap.
+  std::vector<const char*> sorted;
+  for (const void* p : seen) sorted.push_back(static_cast<const char*>(p));
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    EXPECT_GE(static_cast<uint64_t>(sorted[i] - sorted[i - 1]), g.page_bytes());
+  }
+}
+
+// Keys appended through the backend, as the forward does: prefill of 21
+// tokens then decode tokens one by one, across page boundaries and pool
+// growth; after every append the min/max of every page of the sequence must
+// equal the element-wise min/max of the keys it holds (as stored).
+class KvMinMax : public ::testing::TestWithParam<DType> {};
+
+TEST_P(KvMinMax, KeptUpToDateAsTokensAreAppended) {
+  const DType dt = GetParam();
+  CpuBackend be(1);
+  KvGeometry g = geometry(dt, 4);
+  g.n_layer = 2;
+  g.n_kv_head = 3;  // rows of 120 elements: more than one chunk of the backend's update
+  g.head_dim = 40;
+  KvCache kv(be, g, 1000 * g.bytes_per_page());
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  const int64_t row = g.row();
+  std::vector<std::vector<float>> keys(2);  // [layer][len * row], as stored
+  auto stored = [dt](float x) {
+    if (dt == DType::kF16) return f16_to_f32(f32_to_f16(x));
+    if (dt == DType::kBF16) return bf16_to_f32(f32_to_bf16(x));
+    return x;
+  };
+  const int32_t other = kv.add_sequence();  // interleaves its pages with s's
+  const int32_t s = kv.add_sequence();
+  int64_t len = 0;
+  for (int64_t n_new : {21, 1, 1, 1, 5, 1, 1, 1, 1, 1, 1, 9, 1}) {
+    kv.extend(other, 3);
+    const int64_t start = kv.extend(s, n_new);
+    ASSERT_EQ(start, len);
+    MicroBatchHost host;
+    std::vector<int32_t> toks(static_cast<size_t>(n_new), 0);
+    host.add_sequence(toks, start, kv.pages(s), g.page_size, false, -1);
+    for (int64_t l = 0; l < g.n_layer; ++l) {
+      std::vector<float> k(static_cast<size_t>(n_new * row)), v(k.size());
+      for (auto& x : k) x = dist(rng);
+      for (auto& x : v) x = dist(rng);
+      for (float x : k) keys[static_cast<size_t>(l)].push_back(stored(x));
+      const KvLayer view = kv.pool().layer(l);
+      be.kv_append(view, k.data(), row, v.data(), row, host.slots.data(), n_new,
+                   host.touched.data(), host.n_filled.data(),
+                   static_cast<int64_t>(host.touched.size()));
+    }
+    len += n_new;
+    for (int64_t l = 0; l < g.n_layer; ++l) {
+      const KvLayer view = kv.pool().layer(l);
+      const auto pages = kv.pages(s);
+      for (size_t pi = 0; pi < pages.size(); ++pi) {
+        const int64_t first = static_cast<int64_t>(pi) * g.page_size;
+        const int64_t last = std::min(len, first + g.page_size);
+        for (int64_t e = 0; e < row; ++e) {
+          float mn = INFINITY, mx = -INFINITY;
+          for (int64_t t = first; t < last; ++t) {
+            const float x = keys[static_cast<size_t>(l)][static_cast<size_t>(t * row + e)];
+            mn = std::min(mn, x);
+            mx = std::max(mx, x);
+            // The key itself sits at its slot.
+            const char* page = static_cast<const char*>(view.k_pages[pages[pi]]);
+            const int64_t off = ((t - first) * row + e);
+            float got;
+            if (dt == DType::kF32) {
+              std::memcpy(&got, page + off * 4, 4);
+            } else {
+              uint16_t h;
+              std::memcpy(&h, page + off * 2, 2);
+              got = dt == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+            }
+            ASSERT_EQ(got, x) << "layer " << l << " key " << t << " elem " << e;
+          }
+          ASSERT_EQ(view.k_min[pages[pi] * row + e], mn) << "layer " << l << " page " << pi;
+          ASSERT_EQ(view.k_max[pages[pi] * row + e], mx) << "layer " << l << " page " << pi;
+        }
+      }
+    }
+  }
+}
+
+// A NaN key element makes that element's min and max NaN for as long as the
+// key is in the page; the other elements are unaffected.
+TEST(KvMinMaxNaN, PropagatesToItsElementOnly) {
+  CpuBackend be(1);
+  KvGeometry g = geometry(DType::kF16, 4);
+  g.n_layer = 1;
+  KvCache kv(be, g, 10 * g.bytes_per_page());
+  const int32_t s = kv.add_sequence();
+  const int64_t row = g.row();
+  for (int64_t t = 0; t < 6; ++t) {
+    const int64_t start = kv.extend(s, 1);
+    MicroBatchHost host;
+    host.add_sequence(std::vector<int32_t>{0}, start, kv.pages(s), g.page_size, false, -1);
+    std::vector<float> k(static_cast<size_t>(row)), v(k.size(), 0.0f);
+    for (int64_t e = 0; e < row; ++e) k[static_cast<size_t>(e)] = static_cast<float>(t - e);
+    if (t == 1) k[3] = NAN;
+    be.kv_append(kv.pool().layer(0), k.data(), row, v.data(), row, host.slots.data(), 1,
+                 host.touched.data(), host.n_filled.data(), 1);
+  }
+  const KvLayer view = kv.pool().layer(0);
+  const int32_t p0 = kv.pages(s)[0], p1 = kv.pages(s)[1];  // keys 0-3, keys 4-5
+  for (int64_t e = 0; e < row; ++e) {
+    if (e == 3) {
+      EXPECT_TRUE(std::isnan(view.k_min[p0 * row + e]));
+      EXPECT_TRUE(std::isnan(view.k_max[p0 * row + e]));
+    } else {
+      EXPECT_EQ(view.k_min[p0 * row + e], static_cast<float>(0 - e));
+      EXPECT_EQ(view.k_max[p0 * row + e], static_cast<float>(3 - e));
+    }
+    EXPECT_EQ(view.k_min[p1 * row + e], static_cast<float>(4 - e));  // a fresh page
+    EXPECT_EQ(view.k_max[p1 * row + e], static_cast<float>(5 - e));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, KvMinMax,
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace strata
