@@ -1,0 +1,149 @@
+// `strata bench`: throughput on synthetic prompts. BATCH x NUM_BATCHES
+// prompts of PROMPT_LEN token ids drawn deterministically from the
+// vocabulary (special tokens excluded) each generate exactly GEN_LEN tokens
+// (greedy, EOS ignored). After WARMUP unmeasured runs, REPEATS runs are
+// measured; the report is the median run (by total tokens/s), with every
+// run's throughput and the spread in the JSON ("repeats", "spread").
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "generate/driver.h"
+#include "generate/output_file.h"
+#include "generate/report.h"
+#include "kernels/cpu/cpu_features.h"
+#include "model/model.h"
+#include "offload/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::cli {
+namespace {
+
+struct Options {
+  std::string model, report, compute_dtype;
+  int64_t prompt_len = 0, gen_len = 0, batch = 0, num_batches = 1;
+  int warmup = 1, repeats = 3, threads = 0;
+};
+
+int run(const Options& o) {
+  if (o.prompt_len < 1) fail("--prompt-len {} is not allowed; use 1 or more", o.prompt_len);
+  if (o.gen_len < 1 || o.gen_len > (1 << 30))
+    fail("--gen-len {} is not allowed; use 1 or more", o.gen_len);
+  if (o.batch < 1) fail("--batch {} is not allowed; use 1 or more", o.batch);
+  if (o.num_batches < 1) fail("--num-batches {} is not allowed; use 1 or more", o.num_batches);
+  if (o.warmup < 0) fail("--warmup {} is not allowed; use 0 or more", o.warmup);
+  if (o.repeats < 1) fail("--repeats {} is not allowed; use 1 or more", o.repeats);
+  if (!o.report.empty()) check_writable_file(o.report, "--report");
+
+  const auto model = Model::open(o.model);
+  const int64_t n_ctx = model->config().n_ctx;
+  if (o.prompt_len + o.gen_len > n_ctx) {
+    fail(
+        "--prompt-len {} + --gen-len {} exceeds the context of {} ({} tokens); use shorter lengths",
+        o.prompt_len, o.gen_len, o.model, n_ctx);
+  }
+  const auto tokenizer = tokenizer_for(*model);
+  EngineOptions eo;
+  eo.compute_dtype = choose_compute_dtype(o.compute_dtype, cpu::cpu_features().avx512_bf16);
+  eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
+  eo.gpu_batch_size = o.batch;
+  eo.num_gpu_batches = o.num_batches;
+  eo.threads = o.threads;
+  const auto engine = make_engine(*model, eo);
+
+  const std::vector<Job> jobs =
+      synthetic_jobs(*tokenizer, model->config().n_vocab, o.batch * o.num_batches, o.prompt_len,
+                     static_cast<int32_t>(o.gen_len));
+  GenerateOptions gen;
+  gen.max_new_tokens = static_cast<int32_t>(o.gen_len);
+  gen.ignore_eos = true;
+  for (int w = 0; w < o.warmup; ++w) {
+    spdlog::info("bench: warm-up run {}/{}", w + 1, o.warmup);
+    run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
+  }
+
+  const std::string dtype(dtype_name(eo.compute_dtype));
+  std::vector<RunReport> runs;
+  for (int r = 0; r < o.repeats; ++r) {
+    const EngineStats before = engine->stats();
+    const RunSummary s = run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
+    RunReport rep;
+    rep.model = o.model;
+    rep.policy = {{"gpu_batch_size", eo.gpu_batch_size},
+                  {"num_gpu_batches", eo.num_gpu_batches},
+                  {"block_size", engine->block_size()},
+                  {"compute_dtype", dtype},
+                  {"kv_dtype", std::string(dtype_name(eo.kv_dtype))}};
+    rep.hardware = describe_cpu(eo.threads);
+    rep.n_prompts = s.n_prompts;
+    rep.n_sequences = s.n_sequences;
+    rep.total_s = s.total_s;
+    rep.engine = stats_since(engine->stats(), before);
+    spdlog::info("bench: run {}/{}: {:.1f} tokens/s", r + 1, o.repeats,
+                 rep.to_json().value("total_tokens_per_s", 0.0));
+    runs.push_back(std::move(rep));
+  }
+  auto total_rate = [](const RunReport& r) { return r.to_json().value("total_tokens_per_s", 0.0); };
+  std::vector<size_t> order(runs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return total_rate(runs[a]) < total_rate(runs[b]); });
+  RunReport report = runs[order[order.size() / 2]];
+
+  nlohmann::ordered_json repeats = nlohmann::ordered_json::array();
+  for (const RunReport& r : runs) {
+    const auto j = r.to_json();
+    nlohmann::ordered_json e;
+    for (const char* k :
+         {"total_s", "prefill_tokens_per_s", "decode_tokens_per_s", "total_tokens_per_s"}) {
+      if (j.contains(k)) e[k] = j[k];
+    }
+    repeats.push_back(e);
+  }
+  report.extra = {
+      {"workload",
+       {{"prompt_len", o.prompt_len}, {"gen_len", o.gen_len}, {"n_prompts", jobs.size()}}},
+      {"warmup", o.warmup},
+      {"repeats", repeats},
+      {"spread",
+       {{"total_tokens_per_s_min", total_rate(runs[order.front()])},
+        {"total_tokens_per_s_max", total_rate(runs[order.back()])}}}};
+  report.print(stdout);
+  if (runs.size() > 1) {
+    std::printf("  %-22s %.1f .. %.1f tok/s over %zu runs (median shown)\n", "total spread",
+                total_rate(runs[order.front()]), total_rate(runs[order.back()]), runs.size());
+  }
+  if (!o.report.empty()) report.write_json(o.report);
+  return 0;
+}
+
+const Command kBench{
+    "bench", "Measure throughput on synthetic prompts (exactly --gen-len tokens each)", 30,
+    [](CLI::App& sub) -> Runner {
+      auto o = std::make_shared<Options>();
+      sub.add_option("--model", o->model, "GGUF file or Hugging Face model directory")->required();
+      sub.add_option("--prompt-len", o->prompt_len, "Tokens per prompt")->required();
+      sub.add_option("--gen-len", o->gen_len, "Tokens generated per prompt")->required();
+      sub.add_option("--batch", o->batch, "Sequences per batch (and prompts per block)")
+          ->required();
+      sub.add_option("--num-batches", o->num_batches, "Batches per block (prompts = batch x this)")
+          ->capture_default_str();
+      sub.add_option("--warmup", o->warmup, "Unmeasured runs first")->capture_default_str();
+      sub.add_option("--repeats", o->repeats, "Measured runs; the median is reported")
+          ->capture_default_str();
+      sub.add_option("--compute-dtype", o->compute_dtype,
+                     "f32 or bf16 (default: bf16 where the CPU has native bf16, else f32)")
+          ->check(CLI::IsMember({"f32", "bf16"}));
+      sub.add_option("--threads", o->threads, "CPU threads (default: all cores)");
+      sub.add_option("--report", o->report, "Also write the report as JSON to this file");
+      return [o]() { return run(*o); };
+    }};
+
+}  // namespace
+}  // namespace strata::cli

@@ -1,0 +1,130 @@
+// `strata generate`: runs every prompt of a prompt file through the model and
+// writes one JSONL record per prompt, in input order (src/generate/driver.h).
+// Everything that can be checked before compute is: the prompt file, every
+// prompt's length against the context, the chat template, the output and
+// report paths. Then the engine is built and the prompts run in blocks;
+// records reach OUTPUT.partial as they finish, and OUTPUT appears only when
+// all are done. Rerunning an interrupted command resumes it. A progress line
+// is drawn on stderr when it is a terminal; the report goes to stdout.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "generate/driver.h"
+#include "generate/output_file.h"
+#include "generate/prompt_file.h"
+#include "generate/report.h"
+#include "kernels/cpu/cpu_features.h"
+#include "model/model.h"
+#include "offload/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::cli {
+namespace {
+
+struct Options {
+  std::string model, prompts, output, report, compute_dtype;
+  int64_t batch_size = 0;
+  int threads = 0;
+  GenerateOptions gen;
+};
+
+int run(const Options& o) {
+  GenerateOptions gen = o.gen;
+  gen.progress = stderr_is_tty();
+  if (o.batch_size < 0) fail("--batch-size {} is not allowed; use 1 or more", o.batch_size);
+  if (!o.report.empty()) check_writable_file(o.report, "--report");
+  std::error_code ec;
+  if (std::filesystem::equivalent(o.prompts, o.output, ec)) {
+    fail("--output {} is the prompt file itself; choose another output path", o.output);
+  }
+
+  const auto model = Model::open(o.model);
+  const auto tokenizer = tokenizer_for(*model);
+  const PromptFile prompts = read_prompt_file(o.prompts);
+  const std::vector<Job> jobs =
+      prepare_jobs(prompts, *tokenizer, model->config().n_ctx, gen, o.model);
+
+  EngineOptions eo;
+  eo.compute_dtype = choose_compute_dtype(o.compute_dtype, cpu::cpu_features().avx512_bf16);
+  eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
+  if (o.batch_size > 0) eo.gpu_batch_size = o.batch_size;
+  eo.threads = o.threads;
+  const std::string dtype(dtype_name(eo.compute_dtype));
+  OutputFile out(o.output, {o.prompts, prompts.content_hash,
+                            settings_hash(gen, model_identity(*model), dtype), jobs.size()});
+  spdlog::info("{} prompts from {}, {} to run", jobs.size(), o.prompts, jobs.size() - out.n_done());
+
+  const auto engine = make_engine(*model, eo);
+  const RunSummary summary = run_jobs(*engine, *tokenizer, jobs, gen, &out);
+
+  RunReport report;
+  report.model = o.model;
+  report.policy = {{"gpu_batch_size", eo.gpu_batch_size},
+                   {"num_gpu_batches", eo.num_gpu_batches},
+                   {"block_size", engine->block_size()},
+                   {"compute_dtype", dtype},
+                   {"kv_dtype", std::string(dtype_name(eo.kv_dtype))}};
+  report.hardware = describe_cpu(eo.threads);
+  report.n_prompts = summary.n_prompts;
+  report.n_prompts_resumed = static_cast<int64_t>(out.n_resumed());
+  report.n_sequences = summary.n_sequences;
+  report.total_s = summary.total_s;
+  report.engine = engine->stats();
+  report.print(stdout);
+  if (!o.report.empty()) report.write_json(o.report);
+  spdlog::info("wrote {}", o.output);
+  return 0;
+}
+
+const Command kGenerate{
+    "generate", "Generate a completion for every prompt of a file (JSONL out, input order)", 10,
+    [](CLI::App& sub) -> Runner {
+      auto o = std::make_shared<Options>();
+      sub.add_option("--model", o->model, "GGUF file or Hugging Face model directory")->required();
+      sub.add_option("--prompts", o->prompts,
+                     "Prompt file: one prompt per line, or JSONL with \"prompt\" and optional "
+                     "\"id\", \"max_new_tokens\", \"temperature\", \"stop\", \"system\"")
+          ->required();
+      sub.add_option("-o,--output", o->output,
+                     "Output JSONL (one record per prompt, input order); an interrupted run "
+                     "leaves OUTPUT.partial and the same command resumes it")
+          ->required();
+      sub.add_option("--batch-size", o->batch_size, "Sequences per batch (default: the engine's)");
+      sub.add_option("--max-new-tokens", o->gen.max_new_tokens,
+                     "Tokens to generate per prompt at most")
+          ->capture_default_str();
+      sub.add_option("--temperature", o->gen.sampling.temperature, "0 is greedy")
+          ->capture_default_str();
+      sub.add_option("--top-p", o->gen.sampling.top_p, "Nucleus sampling mass (1 is off)")
+          ->capture_default_str();
+      sub.add_option("--top-k", o->gen.sampling.top_k, "Keep the k most likely tokens (0 is off)")
+          ->capture_default_str();
+      sub.add_option("--repetition-penalty", o->gen.sampling.repetition_penalty,
+                     "Divide positive / multiply negative logits of tokens already seen (1 is off)")
+          ->capture_default_str();
+      sub.add_option("--seed", o->gen.seed, "Random seed; each prompt has its own stream")
+          ->capture_default_str();
+      sub.add_option("--stop", o->gen.stop, "Stop strings (the completion is cut before them)");
+      sub.add_flag("--chat", o->gen.chat, "Wrap each prompt in the model's chat template");
+      sub.add_option("--system", o->gen.system,
+                     "System message for --chat (default: the template's)");
+      sub.add_flag("--ids", o->gen.ids, "Add completion_ids to every record");
+      sub.add_flag("--skip-long", o->gen.skip_long,
+                   "Skip prompts longer than the context with a warning instead of failing");
+      sub.add_option("--compute-dtype", o->compute_dtype,
+                     "f32 or bf16 (default: bf16 where the CPU has native bf16, else f32)")
+          ->check(CLI::IsMember({"f32", "bf16"}));
+      sub.add_option("--threads", o->threads, "CPU threads (default: all cores)");
+      sub.add_option("--report", o->report, "Also write the run report as JSON to this file");
+      return [o]() { return run(*o); };
+    }};
+
+}  // namespace
+}  // namespace strata::cli

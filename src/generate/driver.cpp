@@ -1,0 +1,331 @@
+// The batch-job driver (driver.h).
+#include "generate/driver.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "generate/chat_template.h"
+#include "generate/stop.h"
+#include "io/one_line.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata {
+namespace {
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string id_text(const nlohmann::json& id) {
+  return one_line(id.dump(), 80);
+}
+
+std::string format_duration(double s) {
+  if (!(s >= 0) || s > 1e8) return "--";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+// One sequence of a running block.
+struct SeqState {
+  const Job* job;
+  SeqSampler sampler;
+  StopChecker stop;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> tokenizer_for(const Model& model) {
+  if (model.gguf()) return Tokenizer::from_gguf(*model.gguf());
+  return Tokenizer::from_path(model.desc().path);
+}
+
+DType choose_compute_dtype(std::string_view requested, bool native_bf16) {
+  if (requested == "f32") return DType::kF32;
+  if (requested == "bf16") return DType::kBF16;
+  if (!requested.empty()) {
+    fail("--compute-dtype {} is not supported; use f32 or bf16", one_line(requested, 40));
+  }
+  if (native_bf16) {
+    spdlog::info(
+        "compute dtype bf16: the CPU multiplies bf16 natively (--compute-dtype f32 to change)");
+    return DType::kBF16;
+  }
+  spdlog::info("compute dtype f32: the CPU has no native bf16 (AVX512_BF16 or AMX)");
+  return DType::kF32;
+}
+
+std::string model_identity(const Model& model) {
+  // File names, not paths: the same model reached by another path is the same.
+  std::string id;
+  for (const SourceFile& f : model.desc().files) {
+    id += fmt::format("{}:{}:{}|", std::filesystem::path(f.path).filename().string(), f.size,
+                      f.mtime_ns);
+  }
+  return id;
+}
+
+std::vector<Job> prepare_jobs(const PromptFile& prompts, const Tokenizer& tokenizer, int64_t n_ctx,
+                              const GenerateOptions& options, const std::string& model_name) {
+  STRATA_ASSERT(n_ctx > 0);
+  options.sampling.validate();
+  if (options.max_new_tokens < 1) {
+    fail("--max-new-tokens {} is not allowed; use 1 or more", options.max_new_tokens);
+  }
+  for (const std::string& s : options.stop) {
+    if (s.empty()) fail("--stop \"\" is not allowed; a stop string needs at least one character");
+  }
+  std::optional<ChatTemplate> chat;
+  if (options.chat) {
+    const int32_t bos = tokenizer.bos_id();
+    chat = ChatTemplate::parse(tokenizer.chat_template(), bos >= 0 ? tokenizer.token_text(bos) : "",
+                               model_name);
+    spdlog::info("chat template: {} style{}", chat_style_name(chat->style),
+                 chat->default_system ? fmt::format(", default system message \"{}\"",
+                                                    one_line(*chat->default_system, 80))
+                                      : std::string());
+  }
+  std::vector<Job> jobs;
+  jobs.reserve(prompts.prompts.size());
+  size_t n_skipped = 0;
+  for (const PromptRecord& p : prompts.prompts) {
+    Job job;
+    job.index = p.index;
+    job.id = p.id;
+    job.sampling = options.sampling;
+    if (p.temperature) job.sampling.temperature = *p.temperature;
+    job.stop = p.stop ? *p.stop : options.stop;
+    if (chat) {
+      const std::optional<std::string>& system = p.system ? p.system : options.system;
+      job.tokens = tokenizer.encode(chat->render(system, p.text), /*add_bos=*/false);
+    } else {
+      job.tokens = tokenizer.encode(p.text, tokenizer.add_bos_default());
+    }
+    if (job.tokens.empty()) {
+      fail("{}:{}: prompt id {} is empty after tokenization; remove the line or give it text",
+           prompts.path, p.line, id_text(p.id));
+    }
+    const int64_t n_prompt = static_cast<int64_t>(job.tokens.size());
+    const int32_t wanted = p.max_new_tokens ? *p.max_new_tokens : options.max_new_tokens;
+    if (n_prompt >= n_ctx) {
+      const std::string why = fmt::format(
+          "prompt id {} ({}:{}) has {} tokens{}, but the context of {} holds {} tokens and at "
+          "least one must be left to generate",
+          id_text(p.id), prompts.path, p.line, n_prompt, chat ? " with the chat template" : "",
+          model_name, n_ctx);
+      if (!options.skip_long) fail("{}; shorten it, or pass --skip-long to skip such prompts", why);
+      spdlog::warn("skipping: {}", why);
+      job.skipped = fmt::format("prompt has {} tokens; the context holds {}", n_prompt, n_ctx);
+      ++n_skipped;
+    } else {
+      job.max_new_tokens = static_cast<int32_t>(std::min<int64_t>(wanted, n_ctx - n_prompt));
+    }
+    jobs.push_back(std::move(job));
+  }
+  if (n_skipped > 0) spdlog::warn("{} prompts skipped: longer than the context", n_skipped);
+  return jobs;
+}
+
+std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t block_size,
+                                             const std::function<bool(size_t)>& skip) {
+  STRATA_ASSERT(block_size >= 1);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!skip(i)) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return jobs[a].tokens.size() > jobs[b].tokens.size();
+  });
+  std::vector<std::vector<size_t>> blocks;
+  for (size_t i = 0; i < order.size(); i += static_cast<size_t>(block_size)) {
+    const size_t end = std::min(order.size(), i + static_cast<size_t>(block_size));
+    blocks.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(i),
+                        order.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return blocks;
+}
+
+OrderedJson make_record(const Job& job, const std::string& completion,
+                        std::span<const int32_t> completion_ids, const char* finish_reason,
+                        bool with_ids) {
+  OrderedJson r;
+  r["id"] = job.id;
+  r["completion"] = completion;
+  r["prompt_tokens"] = job.tokens.size();
+  r["completion_tokens"] = completion_ids.size();
+  r["finish_reason"] = finish_reason;
+  if (!job.skipped.empty()) r["error"] = job.skipped;
+  if (with_ids)
+    r["completion_ids"] = std::vector<int32_t>(completion_ids.begin(), completion_ids.end());
+  return r;
+}
+
+RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const Job> jobs,
+                    const GenerateOptions& options, OutputFile* out) {
+  RunSummary summary;
+  auto done_before = [&](size_t i) { return out && out->is_done(jobs[i].index); };
+
+  // Skipped prompts get their record before any compute.
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!jobs[i].skipped.empty() && out && !done_before(i)) {
+      out->append(jobs[i].index, make_record(jobs[i], "", {}, "skipped", options.ids));
+    }
+  }
+  const auto blocks = plan_blocks(jobs, engine.block_size(), [&](size_t i) {
+    return done_before(i) || !jobs[i].skipped.empty();
+  });
+
+  const int64_t n_vocab_model = engine.config().n_vocab;
+  // Ids past the tokenizer's vocabulary (padding rows of the embedding) have
+  // no text; they are never sampled.
+  const int32_t n_sample =
+      static_cast<int32_t>(std::min<int64_t>(n_vocab_model, tokenizer.n_vocab()));
+  const std::vector<int32_t> eos =
+      options.ignore_eos ? std::vector<int32_t>{} : tokenizer.eos_ids();
+
+  size_t n_done = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) n_done += (out && out->is_done(jobs[i].index)) ? 1 : 0;
+  Progress progress(options.progress, jobs.size(), n_done);
+  const double t0 = now_s();
+
+  for (const std::vector<size_t>& block : blocks) {
+    std::vector<SeqInput> seqs;
+    std::vector<SeqState> states;
+    seqs.reserve(block.size());
+    states.reserve(block.size());
+    for (size_t i : block) {
+      const Job& job = jobs[i];
+      seqs.push_back({job.tokens, job.max_new_tokens});
+      states.push_back({&job, SeqSampler(job.sampling, options.seed, job.index, n_sample),
+                        StopChecker(tokenizer, eos, job.stop, job.max_new_tokens)});
+      states.back().sampler.observe(job.tokens);
+    }
+    summary.n_sequences += static_cast<int64_t>(seqs.size());
+    engine.run_block(seqs, [&](int /*step*/, std::span<const int32_t> active, const float* logits,
+                               std::span<SeqAction> actions) {
+      STRATA_ASSERT(actions.size() == active.size());
+      for (size_t r = 0; r < active.size(); ++r) {
+        STRATA_ASSERT(active[r] >= 0 && static_cast<size_t>(active[r]) < states.size());
+        SeqState& st = states[active[r]];
+        STRATA_ASSERT_MSG(!st.stop.finished(), "the engine stepped a finished sequence ({})",
+                          active[r]);
+        const std::span<const float> row(logits + static_cast<int64_t>(r) * n_vocab_model,
+                                         static_cast<size_t>(n_sample));
+        const int32_t token = st.sampler.sample(row);
+        const FinishReason reason = st.stop.push(token);
+        ++summary.generated_tokens;
+        actions[r].next_token = token;
+        actions[r].finished = reason != FinishReason::kNone;
+        if (actions[r].finished) {
+          if (out) {
+            out->append(st.job->index, make_record(*st.job, st.stop.text(), st.stop.ids(),
+                                                   finish_reason_name(reason), options.ids));
+          }
+          ++summary.n_prompts;
+          ++n_done;
+        }
+      }
+      progress.update(n_done, summary.generated_tokens);
+    });
+    for (const SeqState& st : states) {
+      STRATA_ASSERT_MSG(st.stop.finished(), "run_block returned before prompt index {} finished",
+                        st.job->index);
+    }
+  }
+  summary.total_s = now_s() - t0;
+  progress.finish();
+  if (out) out->finish();
+  return summary;
+}
+
+std::vector<Job> synthetic_jobs(const Tokenizer& tokenizer, int64_t n_vocab, int64_t n_prompts,
+                                int64_t prompt_len, int32_t gen_len) {
+  STRATA_ASSERT(n_prompts >= 1 && prompt_len >= 1 && gen_len >= 1);
+  const int64_t n = std::min<int64_t>(n_vocab, tokenizer.n_vocab());
+  std::vector<int32_t> pool;
+  for (int32_t id = 0; id < n; ++id) {
+    if (!tokenizer.is_special(id)) pool.push_back(id);
+  }
+  if (pool.empty())
+    fail("the tokenizer of this model has no ordinary tokens to build prompts from");
+  SeqRng rng(0x5eed, 0);
+  std::vector<Job> jobs(static_cast<size_t>(n_prompts));
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& job = jobs[i];
+    job.index = i;
+    job.id = i;
+    job.max_new_tokens = gen_len;
+    job.tokens.resize(static_cast<size_t>(prompt_len));
+    for (int32_t& t : job.tokens) t = pool[rng.next_u64() % pool.size()];
+  }
+  return jobs;
+}
+
+uint64_t settings_hash(const GenerateOptions& o, const std::string& model_identity,
+                       const std::string& compute) {
+  OrderedJson j;
+  j["model"] = model_identity;
+  j["compute"] = compute;
+  j["temperature"] = o.sampling.temperature;
+  j["top_k"] = o.sampling.top_k;
+  j["top_p"] = o.sampling.top_p;
+  j["repetition_penalty"] = o.sampling.repetition_penalty;
+  j["seed"] = o.seed;
+  j["max_new_tokens"] = o.max_new_tokens;
+  j["stop"] = o.stop;
+  j["chat"] = o.chat;
+  j["system"] = o.system ? OrderedJson(*o.system) : OrderedJson();
+  j["ids"] = o.ids;
+  j["skip_long"] = o.skip_long;
+  j["ignore_eos"] = o.ignore_eos;
+  return fnv1a64(j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace));
+}
+
+bool stderr_is_tty() {
+  return ::isatty(STDERR_FILENO) == 1;
+}
+
+Progress::Progress(bool enabled, size_t total, size_t done_before)
+    : enabled_(enabled), total_(total), done_before_(done_before), start_s_(now_s()) {}
+
+void Progress::update(size_t done, int64_t generated_tokens) {
+  if (!enabled_) return;
+  const double t = now_s();
+  if (last_draw_s_ >= 0 && t - last_draw_s_ < 0.25 && done < total_) return;
+  last_draw_s_ = t;
+  draw(done, generated_tokens);
+}
+
+void Progress::draw(size_t done, int64_t generated_tokens) {
+  const double elapsed = now_s() - start_s_;
+  const double tok_s = elapsed > 0 ? static_cast<double>(generated_tokens) / elapsed : 0;
+  const size_t done_here = done - std::min(done, done_before_);
+  std::string eta = "--";
+  if (done_here > 0 && elapsed > 0) {
+    eta = format_duration(static_cast<double>(total_ - std::min(done, total_)) * elapsed /
+                          static_cast<double>(done_here));
+  }
+  std::fprintf(stderr, "\r\033[Kprompts %zu/%zu  %.1f tok/s  ETA %s", done, total_, tok_s,
+               eta.c_str());
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void Progress::finish() {
+  if (!enabled_ || !drawn_) return;
+  std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+}  // namespace strata

@@ -1,0 +1,189 @@
+// Run report (report.h).
+#include "generate/report.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace strata {
+namespace {
+
+std::optional<double> rate(double n, double s) {
+  if (s > 0 && n >= 0) return n / s;
+  return std::nullopt;
+}
+
+int64_t decode_tokens(const RunReport& r) {
+  return std::max<int64_t>(0, r.engine.generated_tokens - r.n_sequences);
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} {}", b, units[u]) : fmt::format("{:.2f} {}", b, units[u]);
+}
+
+}  // namespace
+
+nlohmann::ordered_json RunReport::to_json() const {
+  nlohmann::ordered_json j;
+  j["model"] = model;
+  if (!policy.is_null()) j["policy"] = policy;
+  if (!hardware.empty()) j["hardware"] = hardware;
+  j["n_prompts"] = n_prompts;
+  if (n_prompts_resumed > 0) j["n_prompts_resumed"] = n_prompts_resumed;
+  j["prompt_tokens"] = engine.prompt_tokens;
+  j["generated_tokens"] = engine.generated_tokens;
+  j["prefill_s"] = engine.prefill_s;
+  j["decode_s"] = engine.decode_s;
+  j["total_s"] = total_s;
+  if (auto v = rate(static_cast<double>(engine.prompt_tokens), engine.prefill_s)) {
+    j["prefill_tokens_per_s"] = *v;
+  }
+  if (auto v = rate(static_cast<double>(decode_tokens(*this)), engine.decode_s)) {
+    j["decode_tokens_per_s"] = *v;
+  }
+  if (auto v = rate(static_cast<double>(engine.generated_tokens), total_s)) {
+    j["total_tokens_per_s"] = *v;
+  }
+  nlohmann::ordered_json links = nlohmann::ordered_json::object();
+  for (const auto& [name, l] : engine.links) {
+    nlohmann::ordered_json e;
+    e["bytes"] = l.bytes;
+    e["busy_s"] = l.busy_s;
+    if (auto v = rate(static_cast<double>(l.bytes) / 1e9, l.busy_s)) e["gb_per_s"] = *v;
+    links[name] = e;
+  }
+  j["links"] = links;
+  nlohmann::ordered_json peak = nlohmann::ordered_json::object();
+  for (const auto& [tier, b] : engine.peak_bytes) peak[tier] = b;
+  j["peak_bytes"] = peak;
+  nlohmann::ordered_json busy = nlohmann::ordered_json::object();
+  const double engine_s = engine.prefill_s + engine.decode_s;
+  for (const auto& [queue, s] : engine.queue_busy_s) {
+    if (engine_s > 0) busy[queue] = s / engine_s;
+  }
+  j["queue_busy"] = busy;
+  if (predicted) {
+    nlohmann::ordered_json p;
+    p["prefill_tokens_per_s"] = predicted->prefill_tokens_per_s;
+    p["decode_tokens_per_s"] = predicted->decode_tokens_per_s;
+    p["total_tokens_per_s"] = predicted->total_tokens_per_s;
+    j["predicted"] = p;
+  }
+  if (extra.is_object()) {
+    for (const auto& [k, v] : extra.items()) j[k] = v;
+  }
+  return j;
+}
+
+void RunReport::print(std::FILE* out) const {
+  auto row = [&](std::string_view name, const std::string& value) {
+    std::fprintf(out, "  %-22.*s %s\n", static_cast<int>(name.size()), name.data(), value.c_str());
+  };
+  auto rate_text = [](std::optional<double> v) {
+    return v ? fmt::format("{:.1f} tok/s", *v) : std::string("-");
+  };
+  std::fprintf(out, "strata report\n");
+  row("model", model);
+  if (!policy.is_null()) row("policy", policy.dump());
+  if (!hardware.empty()) row("hardware", hardware);
+  row("prompts", n_prompts_resumed > 0
+                     ? fmt::format("{} (+{} resumed)", n_prompts, n_prompts_resumed)
+                     : fmt::format("{}", n_prompts));
+  row("prompt tokens", fmt::format("{}", engine.prompt_tokens));
+  row("generated tokens", fmt::format("{}", engine.generated_tokens));
+  row("prefill",
+      fmt::format("{:.3f} s  {}", engine.prefill_s,
+                  rate_text(rate(static_cast<double>(engine.prompt_tokens), engine.prefill_s))));
+  row("decode",
+      fmt::format("{:.3f} s  {}", engine.decode_s,
+                  rate_text(rate(static_cast<double>(decode_tokens(*this)), engine.decode_s))));
+  row("total", fmt::format("{:.3f} s  {}", total_s,
+                           rate_text(rate(static_cast<double>(engine.generated_tokens), total_s))));
+  for (const auto& [name, l] : engine.links) {
+    auto gbs = rate(static_cast<double>(l.bytes) / 1e9, l.busy_s);
+    row("link " + name,
+        fmt::format("{} in {:.3f} s busy  {}", human_bytes(static_cast<double>(l.bytes)), l.busy_s,
+                    gbs ? fmt::format("{:.2f} GB/s", *gbs) : "-"));
+  }
+  for (const auto& [tier, b] : engine.peak_bytes) {
+    row("peak " + tier, human_bytes(static_cast<double>(b)));
+  }
+  const double engine_s = engine.prefill_s + engine.decode_s;
+  for (const auto& [queue, s] : engine.queue_busy_s) {
+    if (engine_s > 0) row("busy " + queue, fmt::format("{:.1f} %", 100.0 * s / engine_s));
+  }
+  if (predicted) {
+    row("predicted prefill", fmt::format("{:.1f} tok/s", predicted->prefill_tokens_per_s));
+    row("predicted decode", fmt::format("{:.1f} tok/s", predicted->decode_tokens_per_s));
+    row("predicted total", fmt::format("{:.1f} tok/s", predicted->total_tokens_per_s));
+  }
+  std::fflush(out);
+}
+
+void RunReport::write_json(const std::string& path) const {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) {
+      fail("{}: cannot write the report: {}; choose another --report path", path,
+           std::strerror(errno));
+    }
+    f << to_json().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    f.flush();
+    if (!f) fail("{}: cannot write the report; check the free disk space", path);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    fail("{}: cannot write the report: {}", path, std::strerror(errno));
+  }
+}
+
+EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
+  EngineStats d = now;
+  d.prefill_s -= before.prefill_s;
+  d.decode_s -= before.decode_s;
+  d.prompt_tokens -= before.prompt_tokens;
+  d.generated_tokens -= before.generated_tokens;
+  for (auto& [name, l] : d.links) {
+    auto it = before.links.find(name);
+    if (it == before.links.end()) continue;
+    l.bytes -= std::min(l.bytes, it->second.bytes);
+    l.busy_s -= it->second.busy_s;
+  }
+  for (auto& [queue, s] : d.queue_busy_s) {
+    auto it = before.queue_busy_s.find(queue);
+    if (it != before.queue_busy_s.end()) s -= it->second;
+  }
+  return d;
+}
+
+std::string describe_cpu(int threads) {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, name;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        name = line.substr(colon + 1);
+        const size_t b = name.find_first_not_of(' ');
+        name = b == std::string::npos ? "" : name.substr(b);
+      }
+      break;
+    }
+  }
+  if (name.empty()) return {};
+  if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+  return fmt::format("{} ({} threads)", name, threads);
+}
+
+}  // namespace strata

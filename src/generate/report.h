@@ -1,0 +1,61 @@
+// The end-of-run report of generate and bench: what ran, how many tokens,
+// how long, how fast, and what the engine measured about data movement and
+// memory. Printed as a table on stdout and written as JSON (--report) with
+// the stable top-level names of DESIGN §8:
+//   model, policy, hardware, n_prompts, prompt_tokens, generated_tokens,
+//   prefill_s, decode_s, total_s, prefill_tokens_per_s, decode_tokens_per_s,
+//   total_tokens_per_s, links {name: {bytes, busy_s, gb_per_s}},
+//   peak_bytes {tier: bytes}, queue_busy {queue: share}, predicted {...}.
+// Throughputs follow FlexGen: prefill = prompt tokens / prefill time; decode =
+// tokens sampled after decode steps (generated minus the one token per
+// sequence sampled from the prefill logits) / decode time; total = generated
+// tokens / total wall time of the generation. A rate whose time is zero, and
+// anything the engine did not measure, is left out rather than invented.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "generate/engine.h"
+
+namespace strata {
+
+// The cost model's prediction for the same run, when a policy was planned.
+struct PredictedThroughput {
+  double prefill_tokens_per_s = 0;
+  double decode_tokens_per_s = 0;
+  double total_tokens_per_s = 0;
+};
+
+struct RunReport {
+  std::string model;              // the model path
+  nlohmann::ordered_json policy;  // placement / batch sizes / dtypes in use (object)
+  std::string hardware;           // the machine, in words ("" when unknown)
+  int64_t n_prompts = 0;          // prompts computed in this run
+  int64_t n_prompts_resumed = 0;  // prompts taken from a previous, interrupted run
+  int64_t n_sequences = 0;        // sequences prefilled (one first token each)
+  double total_s = 0;             // wall time of the generation loop
+  EngineStats engine;             // measured by the engine
+  std::optional<PredictedThroughput> predicted;
+  nlohmann::ordered_json
+      extra;  // further top-level fields, after the stable ones (bench: workload, repeats)
+
+  nlohmann::ordered_json to_json() const;
+  // The readable table.
+  void print(std::FILE* out) const;
+  // Writes to_json() to `path` (tmp + rename); throws Error naming the path.
+  void write_json(const std::string& path) const;
+};
+
+// The work done between two stats() snapshots (peak_bytes: the later peaks).
+EngineStats stats_since(const EngineStats& now, const EngineStats& before);
+
+// "AMD EPYC 9R14 (2 threads)" from /proc/cpuinfo, or "" when unknown.
+std::string describe_cpu(int threads);
+
+}  // namespace strata

@@ -1,0 +1,153 @@
+// Chat templates: ChatML with and without a system message, SmolLM2's
+// default system message read out of its template, the golden SmolLM2 chat
+// prompt, Llama 3 and 3.1 renderings, and the errors for other templates.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "generate/chat_template.h"
+#include "generate_test_util.h"
+
+namespace strata {
+namespace {
+
+// SmolLM2-135M-Instruct's template, as stored in its GGUF (tokenizer.chat_template).
+const char* kSmolLm2 =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant\n' }}{% endif %}";
+
+// Qwen2.5's, with escaped newlines as tokenizer_config.json carries them (abridged tools branch).
+const char* kQwen25 =
+    "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == "
+    "'system' %}\n        {{- messages[0]['content'] }}\n    {%- endif %}\n{%- else %}\n    {%- if "
+    "messages[0]['role'] == 'system' %}\n        {{- '<|im_start|>system\\n' + "
+    "messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n        {{- "
+    "'<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+    "assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n{%- for message in messages "
+    "%}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' "
+    "}}{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' "
+    "}}\n{%- endif %}\n";
+
+const char* kLlama3 =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim "
+    "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif "
+    "%}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+
+// The parts of Llama 3.2's template that matter here.
+const char* kLlama32 =
+    "{{- bos_token }}\n{%- if not date_string is defined %}\n    {%- if strftime_now is defined "
+    "%}\n        {%- set date_string = strftime_now(\"%d %b %Y\") %}\n    {%- else %}\n        "
+    "{%- set date_string = \"26 Jul 2024\" %}\n    {%- endif %}\n{%- endif %}\n{%- if "
+    "messages[0]['role'] == 'system' %}\n    {%- set system_message = "
+    "messages[0]['content']|trim %}\n    {%- set messages = messages[1:] %}\n{%- else %}\n    {%- "
+    "set system_message = \"\" %}\n{%- endif %}\n{{- "
+    "\"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n{{- \"Cutting Knowledge Date: "
+    "December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n{{- "
+    "system_message }}\n{{- \"<|eot_id|>\" }}\n{%- for message in messages %}\n    {{- "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+    "trim + '<|eot_id|>' }}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- "
+    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n";
+
+TEST(ChatTemplate, ChatMlWithoutDefaultSystem) {
+  const std::string tmpl = test::read_text(test::test_data("models/llama/chat_template.jinja"));
+  const ChatTemplate ct = ChatTemplate::parse(tmpl, "<|begin_of_text|>", "fixture");
+  EXPECT_EQ(ct.style, ChatStyle::kChatMl);
+  EXPECT_FALSE(ct.default_system);
+  EXPECT_EQ(ct.bos_text, "");
+  EXPECT_EQ(ct.render(std::nullopt, "Hi there"),
+            "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(ct.render(std::string("Be brief."), "Hi"),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, SmolLm2DefaultSystemMessageIsReadFromTheTemplate) {
+  const ChatTemplate ct = ChatTemplate::parse(kSmolLm2, "<|im_start|>", "smollm2");
+  EXPECT_EQ(ct.style, ChatStyle::kChatMl);
+  ASSERT_TRUE(ct.default_system);
+  EXPECT_EQ(*ct.default_system,
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_FALSE(ct.trim_content);
+  EXPECT_EQ(ct.render(std::nullopt, "Hello"),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, SmolLm2GoldenChatPrompt) {
+  // tests/data/golden/smollm2.json holds transformers' apply_chat_template
+  // output for a system + user conversation.
+  const auto golden =
+      nlohmann::json::parse(test::read_text(test::test_data("golden/smollm2.json")));
+  std::string want;
+  for (const auto& p : golden["prompts"]) {
+    const std::string t = p["text"].get<std::string>();
+    if (t.rfind("<|im_start|>", 0) == 0) want = t;
+  }
+  ASSERT_FALSE(want.empty()) << "no chat prompt in the golden file";
+  const ChatTemplate ct = ChatTemplate::parse(kSmolLm2, "<|im_start|>", "smollm2");
+  EXPECT_EQ(ct.render(std::string("You are a helpful assistant."), "Write a haiku about the sea."),
+            want);
+}
+
+TEST(ChatTemplate, QwenEscapedTemplateDefaultSystem) {
+  const ChatTemplate ct = ChatTemplate::parse(kQwen25, "", "qwen");
+  ASSERT_TRUE(ct.default_system);
+  EXPECT_EQ(*ct.default_system,
+            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  EXPECT_EQ(ct.render(std::nullopt, "x"),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+            "assistant.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, Llama3) {
+  const ChatTemplate ct = ChatTemplate::parse(kLlama3, "<|begin_of_text|>", "llama3");
+  EXPECT_EQ(ct.style, ChatStyle::kLlama3);
+  EXPECT_FALSE(ct.default_system);
+  EXPECT_TRUE(ct.trim_content);
+  EXPECT_EQ(ct.render(std::nullopt, "  What is 2+2? \n"),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(ct.render(std::string("You are terse."), "Hi"),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are "
+            "terse.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplate, Llama32AlwaysWritesTheDatedSystemBlock) {
+  const ChatTemplate ct = ChatTemplate::parse(kLlama32, "<|begin_of_text|>", "llama3.2");
+  EXPECT_EQ(ct.style, ChatStyle::kLlama3);
+  EXPECT_EQ(ct.render(std::nullopt, "Hi"),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge "
+            "Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user"
+            "<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(
+      ct.render(std::string(" Be kind. "), "Hi"),
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge "
+      "Date: December 2023\nToday Date: 26 Jul 2024\n\nBe kind.<|eot_id|><|start_header_id|>"
+      "user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplate, UnsupportedTemplatesAreErrorsNamingTheModel) {
+  for (const char* t :
+       {"", "  ", "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"}) {
+    try {
+      ChatTemplate::parse(t, "<s>", "models/mistral.gguf");
+      ADD_FAILURE() << "no error for: " << t;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("models/mistral.gguf"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("ChatML"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("Llama-3"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata

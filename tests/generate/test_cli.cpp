@@ -1,0 +1,161 @@
+// End to end through the strata executable on the tiny Llama fixture
+// (tests/data/models/llama): generate writes records in input order whose
+// greedy tokens are the golden ones of tests/data/golden/llama.json (f32); bad
+// prompt files and unwritable outputs end with exit 1 and one line naming
+// the problem; bench and perplexity print what they promise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "generate_test_util.h"
+#include "model/run_cli.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata {
+namespace {
+
+using test::read_lines;
+using test::read_text;
+using test::ScratchDir;
+using test::test_data;
+using test::write_text;
+using test_files::run_strata;
+
+const std::string kLlama = test_data("models/llama");
+
+// Greedy tokens agree with the golden ones up to the first step whose top-1
+// / top-2 margin is below what f32 logits resolve (the forward differs from
+// the reference only in summation order: ~1e-5 on logits of size ~2).
+void expect_greedy_prefix(const std::vector<int32_t>& got, const nlohmann::json& golden) {
+  const auto want = golden["greedy"].get<std::vector<int32_t>>();
+  const auto margins = golden["greedy_margins"].get<std::vector<double>>();
+  size_t n = 0;
+  while (n < want.size() && margins[n] >= 1e-3) ++n;
+  ASSERT_GE(got.size(), n);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], want[i]) << "step " << i;
+}
+
+TEST(CliGenerate, RecordsInInputOrderWithGoldenGreedyTokens) {
+  ScratchDir dir;
+  const auto golden = nlohmann::json::parse(read_text(test_data("golden/llama.json")));
+  // The golden prompts are the first n ids of a text (BOS first): their text
+  // is the decoded ids, which must encode back to the same ids.
+  const auto tok = Tokenizer::from_path(kLlama);
+  std::string jsonl;
+  const char* ids[] = {"short", "middle", "long"};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto want = golden["prompts"][i]["ids"].get<std::vector<int32_t>>();
+    ASSERT_EQ(want.front(), tok->bos_id());
+    const std::string text = tok->decode(std::span<const int32_t>(want).subspan(1), false);
+    ASSERT_EQ(tok->encode(text, true), want) << text;
+    nlohmann::json line = {{"prompt", text}, {"id", ids[i]}};
+    jsonl += line.dump() + "\n";
+  }
+  write_text(dir.file("p.jsonl"), jsonl);
+  const auto r =
+      run_strata({"generate", "--model", kLlama, "--prompts", dir.file("p.jsonl"), "--output",
+                  dir.file("out.jsonl"), "--max-new-tokens", "16", "--ids", "--batch-size", "2",
+                  "--compute-dtype", "f32", "--report", dir.file("report.json")},
+                 dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("strata report"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.jsonl.partial")));
+  const auto lines = read_lines(dir.file("out.jsonl"));
+  ASSERT_EQ(lines.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const auto rec = nlohmann::json::parse(lines[i]);
+    const auto& g = golden["prompts"][i];
+    EXPECT_EQ(rec["id"], ids[i]);
+    EXPECT_EQ(rec["prompt_tokens"], g["ids"].size());
+    EXPECT_EQ(rec["completion_tokens"], 16);
+    EXPECT_EQ(rec["finish_reason"], "length");
+    EXPECT_TRUE(rec["completion"].is_string());
+    expect_greedy_prefix(rec["completion_ids"].get<std::vector<int32_t>>(), g);
+  }
+  const auto report = nlohmann::json::parse(read_text(dir.file("report.json")));
+  EXPECT_EQ(report["n_prompts"], 3);
+  EXPECT_EQ(report["generated_tokens"], 48);
+  EXPECT_EQ(report["prompt_tokens"], 5 + 11 + 23);
+  for (const char* k : {"model", "prefill_s", "decode_s", "total_s", "total_tokens_per_s"}) {
+    EXPECT_TRUE(report.contains(k)) << k;
+  }
+}
+
+TEST(CliGenerate, BadPromptFileExitsOneWithOneLine) {
+  ScratchDir dir;
+  write_text(dir.file("bad.jsonl"),
+             "{\"prompt\": \"fine\"}\n{\"prompt\": \"x\", \"max_new_tokens\": -3}\n");
+  const auto r = run_strata({"generate", "--model", kLlama, "--prompts", dir.file("bad.jsonl"),
+                             "--output", dir.file("out.jsonl")},
+                            dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  const std::string err = r.err.substr(r.err.find("strata: error:"));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("bad.jsonl:2"), std::string::npos) << err;
+  EXPECT_NE(err.find("max_new_tokens"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.jsonl")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.jsonl.partial")));
+}
+
+TEST(CliGenerate, UnwritableOutputExitsOneBeforeCompute) {
+  ScratchDir dir;
+  write_text(dir.file("p.txt"), "hello\n");
+  const auto r = run_strata({"generate", "--model", kLlama, "--prompts", dir.file("p.txt"),
+                             "--output", dir.file("missing/out.jsonl")},
+                            dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+}
+
+TEST(CliBench, ExactlyGenLenTokensPerPrompt) {
+  ScratchDir dir;
+  const auto r = run_strata({"bench", "--model", kLlama, "--prompt-len", "8", "--gen-len", "4",
+                             "--batch", "3", "--warmup", "0", "--repeats", "1", "--compute-dtype",
+                             "f32", "--report", dir.file("bench.json")},
+                            dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto report = nlohmann::json::parse(read_text(dir.file("bench.json")));
+  EXPECT_EQ(report["generated_tokens"], 12);
+  EXPECT_EQ(report["prompt_tokens"], 24);
+  EXPECT_EQ(report["workload"]["gen_len"], 4);
+}
+
+TEST(CliPerplexity, PrintsPplAndScoredTokens) {
+  ScratchDir dir;
+  // The first 3000 bytes of the perplexity text keep the test quick.
+  const std::string text = read_text(test_data("text/ppl.txt")).substr(0, 3000);
+  write_text(dir.file("t.txt"), text);
+  const auto tok = Tokenizer::from_path(kLlama);
+  const long long n_ids = static_cast<long long>(tok->encode(text, false).size());
+  const auto r = run_strata(
+      {"perplexity", "--model", kLlama, "--text", dir.file("t.txt"), "--ctx", "64"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  double ppl = 0;
+  long long n_scored = 0, n_chunks = 0;
+  ASSERT_EQ(std::sscanf(r.out.c_str(), "ppl %lf\nn_scored %lld\nn_chunks %lld", &ppl, &n_scored,
+                        &n_chunks),
+            3)
+      << r.out;
+  EXPECT_EQ(n_chunks, n_ids / 64);
+  EXPECT_EQ(n_scored, n_chunks * 63);
+  EXPECT_TRUE(std::isfinite(ppl));
+  EXPECT_GT(ppl, 1.0);
+  EXPECT_LT(ppl, static_cast<double>(tok->n_vocab()) * 10);
+
+  // Bad requests: one line, exit 1.
+  const auto bad =
+      run_strata({"perplexity", "--model", kLlama, "--text", dir.file("t.txt"), "--ctx", "100000"},
+                 dir.path());
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--ctx 100000"), std::string::npos) << bad.err;
+  const auto missing =
+      run_strata({"perplexity", "--model", kLlama, "--text", dir.file("none.txt")}, dir.path());
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("none.txt"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace strata
