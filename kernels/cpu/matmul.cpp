@@ -19,6 +19,8 @@
 #endif
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul_bf16.h"
+#include "kernels/cpu/matmul_int8.h"
 #include "kernels/cpu/parallel.h"
 #include "quant/convert.h"
 #include "quant/quant.h"
@@ -155,6 +157,7 @@ struct MatmulCache::Impl {
     Buffer panel;    // [pn, k] converted W rows
     Buffer tmp;      // swapped: [pn, mt] f32 product before the transpose into y
     Buffer scratch;  // oneDNN scratchpad
+    Buffer int8_panel;  // int8 compute: the thread's panel of unpacked weight rows
     std::optional<dnnl::stream> stream;
   };
 
@@ -163,6 +166,8 @@ struct MatmulCache::Impl {
   std::map<std::tuple<ComputeType, int64_t, int64_t>, md_t> packed_x_mds;  // (compute, mt, k)
   std::map<std::tuple<ComputeType, int64_t, int64_t, int64_t>, dnnl::reorder> x_reorders;
   Buffer x_ws;  // swapped: packed x tiles; small-m bf16: x rounded to bf16
+  Buffer int8_x;  // int8 compute: x quantized per group
+  Buffer dot_x;   // small-m bf16: x rounded to bf16 for the fused dot kernel
   std::vector<ThreadWs> threads;
   bool warned_ref = false;
 
@@ -325,7 +330,8 @@ STRATA_CLONES void transpose_out(float* y, int64_t y_stride, const float* tmp, i
 Status check_args(const float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
                   DType w_dtype, size_t w_row_bytes, int64_t m, int64_t n, int64_t k,
                   ComputeType compute) {
-  if (compute != ComputeType::kF32 && compute != ComputeType::kBF16)
+  if (compute != ComputeType::kF32 && compute != ComputeType::kBF16 &&
+      compute != ComputeType::kInt8)
     return Status::kInvalidArgument;
   if (!weight_dtype_ok(w_dtype)) return Status::kUnsupported;
   if (m < 0 || n < 0 || k < 0 || !row_elems_ok(w_dtype, k)) return Status::kInvalidArgument;
@@ -516,14 +522,49 @@ Status run_matmul(MatmulCache::Impl& c, float* y, int64_t y_stride, const float*
   return Status::kOk;
 }
 
+// The int8 compute type with quantized weights (kernels/cpu/matmul_int8.h).
+Status run_matmul_int8(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
+                       int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
+                       const float* bias, int64_t m, int64_t n, int64_t k) {
+  const int64_t group = dtype_info(w_dtype).block_elems;
+  const int64_t budget = omp_get_max_threads();
+  const int n_threads =
+      static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
+  if (!c.int8_x.ensure(matmul_int8_x_bytes(m, k, group))) return Status::kOutOfMemory;
+  if (static_cast<int>(c.threads.size()) < n_threads) c.threads.resize(static_cast<size_t>(n_threads));
+  std::vector<void*> panels(static_cast<size_t>(n_threads));
+  for (int i = 0; i < n_threads; ++i) {
+    auto& ws = c.threads[static_cast<size_t>(i)];
+    if (!ws.int8_panel.ensure(matmul_int8_panel_bytes(k, group))) return Status::kOutOfMemory;
+    panels[static_cast<size_t>(i)] = ws.int8_panel.data();
+  }
+  return matmul_int8(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k,
+                     c.int8_x.data(), panels.data(), n_threads);
+}
+
+// bf16 at m <= kBf16DotMaxM: the fused dequantize + dot kernel
+// (kernels/cpu/matmul_bf16.h).
+Status run_matmul_bf16_dot(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
+                           int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
+                           const float* bias, int64_t m, int64_t n, int64_t k) {
+  const int64_t budget = omp_get_max_threads();
+  const int n_threads =
+      static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
+  if (!c.dot_x.ensure(matmul_bf16_dot_ws_bytes(m, k))) return Status::kOutOfMemory;
+  return matmul_bf16_dot(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k,
+                         c.dot_x.data(), n_threads);
+}
+
 }  // namespace
 
 MatmulCache::MatmulCache() : impl_(std::make_unique<Impl>()) {}
 MatmulCache::~MatmulCache() = default;
 
 size_t MatmulCache::workspace_bytes() const {
-  size_t total = impl_->x_ws.size();
-  for (const auto& t : impl_->threads) total += t.panel.size() + t.tmp.size() + t.scratch.size();
+  size_t total = impl_->x_ws.size() + impl_->int8_x.size() + impl_->dot_x.size();
+  for (const auto& t : impl_->threads) {
+    total += t.panel.size() + t.tmp.size() + t.scratch.size() + t.int8_panel.size();
+  }
   return total;
 }
 
@@ -533,6 +574,7 @@ size_t MatmulCache::n_primitives() const {
 
 Status MatmulCache::reserve(int64_t max_m, int64_t n, int64_t k, ComputeType compute) {
   if (max_m < 1 || n < 1 || k < 1) return Status::kInvalidArgument;
+  if (compute == ComputeType::kInt8) compute = ComputeType::kBF16;  // float weights' path
   try {
     impl_->init();
     // The largest workspaces come from the largest m on each path.
@@ -576,6 +618,17 @@ Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, in
     fill_bias(y, y_stride, bias, m, n);
     return Status::kOk;
   }
+  if (compute == ComputeType::kInt8) {
+    if (is_quantized(w_dtype)) {
+      return run_matmul_int8(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes,
+                             bias, m, n, k);
+    }
+    compute = ComputeType::kBF16;
+  }
+  if (compute == ComputeType::kBF16 && matmul_bf16_dot_ok(w_dtype, m)) {
+    return run_matmul_bf16_dot(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes,
+                               bias, m, n, k);
+  }
   try {
     return run_matmul(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n,
                       k, compute);
@@ -594,6 +647,13 @@ Status matmul_ref(float* y, int64_t y_stride, const float* x, int64_t x_stride, 
     return s;
   }
   if (m == 0 || n == 0) return Status::kOk;
+  if (compute == ComputeType::kInt8) {
+    if (is_quantized(w_dtype) && k > 0) {
+      matmul_int8_ref(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k);
+      return Status::kOk;
+    }
+    compute = ComputeType::kBF16;
+  }
   const bool bf16 = compute == ComputeType::kBF16;
   auto round = [bf16](float v) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; };
   std::vector<float> wf(static_cast<size_t>(n * k));

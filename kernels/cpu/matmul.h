@@ -33,13 +33,15 @@ namespace strata::cpu {
 enum class ComputeType : uint8_t {
   kF32,   // x and W in f32
   kBF16,  // x and W rounded to bf16 (nearest even), products accumulated in f32
+  kInt8,  // quantized W: x quantized to int8 per weight group, integer products per
+          // group (kernels/cpu/matmul_int8.h); W in f32/f16/bf16: as kBF16
 };
 
 // Token count from which the weight panel becomes the GEMM's left operand
 // (measured crossover of the two paths on Zen 4: about 8 tokens in bf16, 12
 // in f32; below it the runtime-M path is faster).
 inline constexpr int64_t swap_min_m(ComputeType c) {
-  return c == ComputeType::kBF16 ? 8 : 12;
+  return c == ComputeType::kF32 ? 12 : 8;
 }
 
 class MatmulCache {
@@ -75,7 +77,8 @@ Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, in
               int64_t n, int64_t k, ComputeType compute);
 
 // Scalar definition: W dequantized by quant's reference dequantizer, operands
-// rounded as `compute` says, products summed in double.
+// rounded as `compute` says, products summed in double; kInt8 with quantized W:
+// matmul_int8_ref.
 Status matmul_ref(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
                   DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
                   int64_t k, ComputeType compute);

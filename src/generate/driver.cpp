@@ -54,8 +54,9 @@ std::unique_ptr<Tokenizer> tokenizer_for(const Model& model) {
 DType choose_compute_dtype(std::string_view requested, bool native_bf16) {
   if (requested == "f32") return DType::kF32;
   if (requested == "bf16") return DType::kBF16;
+  if (requested == "int8") return DType::kI8;  // int8 products for quantized weights (CPU)
   if (!requested.empty()) {
-    fail("--compute-dtype {} is not supported; use f32 or bf16", one_line(requested, 40));
+    fail("--compute-dtype {} is not supported; use f32, bf16 or int8", one_line(requested, 40));
   }
   if (native_bf16) {
     spdlog::info(

@@ -139,8 +139,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, int64_t rot_dim) {
 
 Forward::Forward(Backend& backend, const ModelConfig& config, DType compute)
     : be_(backend), c_(config), compute_(compute) {
-  if (compute_ != DType::kF32 && compute_ != DType::kBF16) {
-    fail("compute dtype {} is not supported; use f32 or bf16", dtype_name(compute_));
+  if (compute_ != DType::kF32 && compute_ != DType::kBF16 && compute_ != DType::kI8) {
+    fail("compute dtype {} is not supported; use f32, bf16 or int8 (i8)", dtype_name(compute_));
   }
   q_dim_ = c_.n_head * c_.head_dim;
   kv_dim_ = c_.n_kv_head * c_.head_dim;

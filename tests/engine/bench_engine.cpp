@@ -8,7 +8,7 @@
 // tokens. Warm-up run, then repeats; prints medians and ranges.
 //
 //   strata_bench_engine --model M [--batch 1,8,32] [--prompt-len 128] [--gen-len 32]
-//                       [--compute bf16|f32] [--kv f16|bf16|f32] [--threads N] [--reps N]
+//                       [--compute bf16|f32|int8] [--kv f16|bf16|f32] [--threads N] [--reps N]
 #include <omp.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include <dnnl.hpp>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -86,14 +87,17 @@ Range copy_bandwidth(int reps) {
   return {bytes / t.median, bytes / t.hi, bytes / t.lo};
 }
 
-// GFLOP/s of a 2048^3 oneDNN matmul in f32 or bf16 (f32 out).
+// GFLOP/s of a 2048^3 oneDNN matmul in f32 or bf16 (f32 out), or u8 x s8
+// (s32 out) for the int8 compute type.
 Range matmul_ceiling(DType compute, int reps) {
   using dt = dnnl::memory::data_type;
   const int64_t n = 2048;
-  const dt t = compute == DType::kBF16 ? dt::bf16 : dt::f32;
+  const bool int8 = compute == DType::kI8;
+  const dt t = int8 ? dt::s8 : compute == DType::kBF16 ? dt::bf16 : dt::f32;
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream s(eng);
-  const dnnl::memory::desc a({n, n}, t, {n, 1}), b({n, n}, t, {n, 1}), c({n, n}, dt::f32, {n, 1});
+  const dnnl::memory::desc a({n, n}, int8 ? dt::u8 : t, {n, 1}), b({n, n}, t, {n, 1}),
+      c({n, n}, int8 ? dt::s32 : dt::f32, {n, 1});
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
   dnnl::memory ma(a, eng), mb(b, eng), mc(c, eng);
   std::memset(ma.get_data_handle(), 0, a.get_size());
@@ -144,7 +148,7 @@ int run(int argc, char** argv) {
     else if (a == "--help" || a == "-h") {
       std::printf(
           "strata_bench_engine --model M [--batch 1,8,32] [--prompt-len 128] "
-          "[--gen-len 32] [--compute bf16|f32] [--kv f16|bf16|f32] [--threads N] "
+          "[--gen-len 32] [--compute bf16|f32|int8] [--kv f16|bf16|f32] [--threads N] "
           "[--reps N]\n");
       return 0;
     } else {
@@ -155,8 +159,9 @@ int run(int argc, char** argv) {
   if (prompt_len < 1 || gen_len < 2 || reps < 1)
     fail("need --prompt-len >= 1, --gen-len >= 2, --reps >= 1");
   if (threads > 0) omp_set_num_threads(threads);
-  const auto compute = dtype_from_name(compute_name);
-  if (!compute) fail("--compute {} is not a dtype; use f32 or bf16", compute_name);
+  const auto compute =
+      compute_name == "int8" ? std::optional<DType>(DType::kI8) : dtype_from_name(compute_name);
+  if (!compute) fail("--compute {} is not a dtype; use f32, bf16 or int8", compute_name);
   const DType kv = kv_name.empty() ? default_kv_dtype(*compute)
                                    : dtype_from_name(kv_name).value_or(DType::kCount);
   if (kv == DType::kCount) fail("--kv {} is not a dtype; use f32, f16 or bf16", kv_name);

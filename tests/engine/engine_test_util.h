@@ -91,4 +91,26 @@ inline double bf16_logit_bound(int64_t n_layer, double max_abs_logit) {
          f32_logit_bound(max_abs_logit);
 }
 
+// The int8 bound (ComputeType::kInt8, kernels/cpu/matmul_int8.h: quantized
+// weights exact, x rounded to int8 per group of G values with step
+// dx = amax_g / 127). Derivation as for bf16: the rounding errors of x are
+// uniform in +-dx/2 (standard deviation dx / sqrt(12)) and independent, so a
+// dot product errs by about dx / sqrt(12) ||w_g||_2 per group, relative to
+// its scale ||x*w||_2 ~ rms(x_g) ||w_g||_2: a relative error of
+// (amax_g / rms(x_g)) / (127 sqrt(12)) per matmul stage. For near-Gaussian
+// activations the largest of G = 32 values is about sqrt(2 ln G) = 2.6
+// standard deviations; 3 is used. Every stage of the bf16 derivation is an
+// int8 one here, so
+//   |d| <= 4.5 * 3 / (127 sqrt(12)) * sqrt(4 n_layer + 1) max|logit| + f32 bound,
+// and the f16 KV cache of this mode adds its own rounding (u = 2^-11 on K
+// and V, 2 stages per layer) the same way.
+inline double int8_logit_bound(int64_t n_layer, double max_abs_logit) {
+  const double stages = 4.0 * static_cast<double>(n_layer) + 1.0;
+  const double rel_int8 = 3.0 / (127.0 * std::sqrt(12.0));
+  const double rel_kv = std::sqrt(2.0 / 3.0) * std::ldexp(1.0, -11);
+  return 4.5 * std::sqrt(stages * rel_int8 * rel_int8 + 2.0 * n_layer * rel_kv * rel_kv) *
+             max_abs_logit +
+         f32_logit_bound(max_abs_logit);
+}
+
 }  // namespace strata::test

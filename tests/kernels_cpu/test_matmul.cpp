@@ -111,6 +111,23 @@ TEST_P(MatmulTest, QuantizedDtypesOddSizes) {
   }
 }
 
+// Every m of the fused bf16 dot kernel (m <= kBf16DotMaxM) for every weight
+// dtype, odd and even n (weight rows go in pairs), k with a tail for the
+// float dtypes.
+TEST_P(MatmulTest, SmallMEveryM) {
+  MatmulCache cache;
+  uint32_t seed = 4000;
+  for (DType t : weight_dtypes()) {
+    const int64_t g = dtype_info(t).block_elems;
+    const int64_t k = is_quantized(t) ? 3 * g : 77;
+    for (int64_t m = 1; m <= 9; ++m) {
+      for (int64_t n : {1, 2, 37}) {
+        run_case(cache, t, GetParam(), {m, n, k, n == 37, 0, m % 3, 1}, seed++);
+      }
+    }
+  }
+}
+
 // The shapes of SmolLM2-135M's layers at decode and prefill token counts.
 TEST_P(MatmulTest, ModelShapes) {
   MatmulCache cache;

@@ -10,7 +10,7 @@
 // OMP_WAIT_POLICY=passive).
 //
 //   strata_bench_matmul [--quick] [--threads N] [--reps N] [--decode-only]
-//                       [--compute f32|bf16]
+//                       [--decode-m 1,8,32] [--compute f32|bf16|int8]
 #include <omp.h>
 #include <dnnl.hpp>
 
@@ -110,9 +110,11 @@ double onednn_ceiling(dnnl::memory::data_type t, int64_t s) {
   using namespace dnnl;
   engine eng(engine::kind::cpu, 0);
   stream str(eng);
-  const memory::desc a({s, s}, t, memory::format_tag::ab);
+  const bool int8 = t == memory::data_type::s8;
+  const memory::desc a({s, s}, int8 ? memory::data_type::u8 : t, memory::format_tag::ab);
   const memory::desc b({s, s}, t, memory::format_tag::any);
-  const memory::desc c({s, s}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc c({s, s}, int8 ? memory::data_type::s32 : memory::data_type::f32,
+                       memory::format_tag::ab);
   matmul::primitive_desc pd(matmul::desc(a, b, c), eng);
   memory ma(a, eng), mb(pd.weights_desc(), eng), mc(c, eng);
   std::memset(ma.get_data_handle(), 0, a.get_size());
@@ -124,7 +126,7 @@ double onednn_ceiling(dnnl::memory::data_type t, int64_t s) {
   });
   const double flop = 2.0 * s * s * s;
   std::printf("ceiling: oneDNN %s matmul %ldx%ldx%ld (%s): %.0f GFLOP/s (range %.0f-%.0f)\n",
-              t == memory::data_type::bf16 ? "bf16" : "f32 ", static_cast<long>(s),
+              int8 ? "u8s8" : t == memory::data_type::bf16 ? "bf16" : "f32 ", static_cast<long>(s),
               static_cast<long>(s), static_cast<long>(s), pd.impl_info_str(),
               flop / st.median / 1e9, flop / st.hi / 1e9, flop / st.lo / 1e9);
   return flop / st.median;
@@ -172,30 +174,41 @@ void check(strata::Status s) {
 }
 
 const char* name(ComputeType c) {
-  return c == ComputeType::kBF16 ? "bf16" : "f32";
+  return c == ComputeType::kBF16 ? "bf16" : c == ComputeType::kInt8 ? "int8" : "f32";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, decode_only = false;
-  std::vector<ComputeType> computes = {ComputeType::kF32, ComputeType::kBF16};
+  std::vector<int64_t> decode_ms = {32};
+  std::vector<ComputeType> computes = {ComputeType::kF32, ComputeType::kBF16, ComputeType::kInt8};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
     } else if (a == "--decode-only") {
       decode_only = true;
+    } else if (a == "--decode-m" && i + 1 < argc) {
+      decode_ms.clear();
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        decode_ms.push_back(std::strtoll(p, &end, 10));
+        p = *end == ',' ? end + 1 : end;
+      }
     } else if (a == "--compute" && i + 1 < argc) {
       const std::string c = argv[++i];
-      computes = {c == "bf16" ? ComputeType::kBF16 : ComputeType::kF32};
+      computes = {c == "bf16"   ? ComputeType::kBF16
+                  : c == "int8" ? ComputeType::kInt8
+                                : ComputeType::kF32};
     } else if (a == "--threads" && i + 1 < argc) {
       omp_set_num_threads(std::atoi(argv[++i]));
     } else if (a == "--reps" && i + 1 < argc) {
       g_reps = std::max(1, std::atoi(argv[++i]));
     } else {
       std::printf(
-          "usage: %s [--quick] [--threads N] [--reps N] [--decode-only] [--compute f32|bf16]\n",
+          "usage: %s [--quick] [--threads N] [--reps N] [--decode-only] [--decode-m 1,8,32] "
+          "[--compute f32|bf16|int8]\n",
           argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -207,6 +220,10 @@ int main(int argc, char** argv) {
   const Bandwidth bw = measure_bandwidth();
   const double ceil_f32 = onednn_ceiling(dnnl::memory::data_type::f32, 2048);
   const double ceil_bf16 = onednn_ceiling(dnnl::memory::data_type::bf16, 2048);
+  const double ceil_int8 = onednn_ceiling(dnnl::memory::data_type::s8, 2048);
+  auto ceiling = [&](ComputeType c) {
+    return c == ComputeType::kBF16 ? ceil_bf16 : c == ComputeType::kInt8 ? ceil_int8 : ceil_f32;
+  };
 
   std::mt19937 rng(42);
   strata::cpu::MatmulCache cache;
@@ -239,7 +256,7 @@ int main(int argc, char** argv) {
           });
           const double flop = 2.0 * m * s.n * s.k;
           const double gflops = flop / st.median / 1e9;
-          const double ceil = c == ComputeType::kBF16 ? ceil_bf16 : ceil_f32;
+          const double ceil = ceiling(c);
           std::printf("%-6s %-6s %5ld %6ld %6ld %10.1f %7.0f%% %9.1f\n",
                       std::string(strata::dtype_name(t)).c_str(), name(c), static_cast<long>(m),
                       static_cast<long>(s.n), static_cast<long>(s.k), gflops,
@@ -249,48 +266,48 @@ int main(int argc, char** argv) {
     }
   }
 
-  // A batch-32 decode step of SmolLM2-135M (Q4_1 layers, Q8_0 tied lm_head):
-  // every layer's weights are distinct memory (96 MB, beyond the caches), as
-  // in a real step.
-  std::printf(
-      "\ndecode step, SmolLM2-135M Q4_1 (30 layers x q,k,v,o,gate,up,down + Q8_0 "
-      "lm_head), m = 32\n");
+  // A decode step of SmolLM2-135M (Q4_1 layers, Q8_0 tied lm_head) at each
+  // batch of --decode-m: every layer's weights are distinct memory (96 MB,
+  // beyond the caches), as in a real step.
   const int n_layer = 30;
   const std::vector<Shape> layer = {{576, 576},  {192, 576},  {192, 576}, {576, 576},
                                     {1536, 576}, {1536, 576}, {576, 1536}};
   std::vector<Weights> ws;
   size_t step_bytes = 0;
-  double step_flop = 0;
-  const int64_t m = 32;
   for (int l = 0; l < n_layer; ++l) {
     for (const Shape& s : layer) ws.push_back(make_weights(strata::kQ4_1, s.n, s.k, rng));
   }
   ws.push_back(make_weights(strata::kQ8_0, 49152, 576, rng));
-  for (const auto& w : ws) {
-    step_bytes += w.data.size();
-    step_flop += 2.0 * m * w.n * w.k;
-  }
-  std::vector<float> x(static_cast<size_t>(m * 1536), 0.5f);
-  std::vector<float> y(static_cast<size_t>(m * 49152));
-  for (ComputeType c : computes) {
-    Stats st = time_it([&] {
-      for (const auto& w : ws) {
-        check(strata::cpu::matmul(cache, y.data(), w.n, x.data(), w.k, w.data.data(), w.t,
-                                  w.row_bytes, nullptr, m, w.n, w.k, c));
-      }
-    });
-    const double bound_copy = step_bytes / bw.copy;
-    const double bound_read = step_bytes / bw.read;
+  for (const auto& w : ws) step_bytes += w.data.size();
+  for (const int64_t m : decode_ms) {
+    double step_flop = 0;
+    for (const auto& w : ws) step_flop += 2.0 * m * w.n * w.k;
     std::printf(
-        "  compute %-4s: %.2f ms (range %.2f-%.2f), %.0f GFLOP/s, weights %.1f MB at "
-        "%.1f GB/s\n",
-        name(c), st.median * 1e3, st.lo * 1e3, st.hi * 1e3, step_flop / st.median / 1e9,
-        step_bytes / 1e6, step_bytes / st.median / 1e9);
-    std::printf(
-        "                bandwidth bound %.2f ms by memcpy (%.2fx of it), %.2f ms by "
-        "read-only (%.2fx); compute bound at the oneDNN ceiling %.2f ms\n",
-        bound_copy * 1e3, st.median / bound_copy, bound_read * 1e3, st.median / bound_read,
-        step_flop / (c == ComputeType::kBF16 ? ceil_bf16 : ceil_f32) * 1e3);
+        "\ndecode step, SmolLM2-135M Q4_1 (30 layers x q,k,v,o,gate,up,down + Q8_0 "
+        "lm_head), m = %lld\n",
+        static_cast<long long>(m));
+    std::vector<float> x(static_cast<size_t>(m * 1536), 0.5f);
+    std::vector<float> y(static_cast<size_t>(m * 49152));
+    for (ComputeType c : computes) {
+      Stats st = time_it([&] {
+        for (const auto& w : ws) {
+          check(strata::cpu::matmul(cache, y.data(), w.n, x.data(), w.k, w.data.data(), w.t,
+                                    w.row_bytes, nullptr, m, w.n, w.k, c));
+        }
+      });
+      const double bound_copy = step_bytes / bw.copy;
+      const double bound_read = step_bytes / bw.read;
+      std::printf(
+          "  compute %-4s: %.2f ms (range %.2f-%.2f), %.0f GFLOP/s, weights %.1f MB at "
+          "%.1f GB/s\n",
+          name(c), st.median * 1e3, st.lo * 1e3, st.hi * 1e3, step_flop / st.median / 1e9,
+          step_bytes / 1e6, step_bytes / st.median / 1e9);
+      std::printf(
+          "                bandwidth bound %.2f ms by memcpy (%.2fx of it), %.2f ms by "
+          "read-only (%.2fx); compute bound at the oneDNN ceiling %.2f ms\n",
+          bound_copy * 1e3, st.median / bound_copy, bound_read * 1e3, st.median / bound_read,
+          step_flop / ceiling(c) * 1e3);
+    }
   }
   std::printf("\nmatmul cache: %zu primitives, %.1f MB workspaces\n", cache.n_primitives(),
               cache.workspace_bytes() / 1e6);

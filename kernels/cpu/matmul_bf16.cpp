@@ -1,0 +1,274 @@
+#include "kernels/cpu/matmul_bf16.h"
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/parallel.h"
+#include "quant/blocks.h"
+
+namespace strata::cpu {
+
+namespace {
+
+constexpr int64_t kChunk = 32;       // elements per vdpbf16ps: 16 lanes x 2
+constexpr int64_t kPrefetchRows = 4;  // weight rows read ahead
+
+int64_t round_up(int64_t v, int64_t q) {
+  return (v + q - 1) / q * q;
+}
+
+bool dtype_ok(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_quantized(t);
+}
+
+#if defined(__x86_64__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define STRATA_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")))
+
+STRATA_BF16 inline float f16_scalar(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Elements [e0, e0 + 32) of a row of quantized type T (e0 a multiple of 32,
+// the row's k a multiple of G) as f32, exactly as dequantize_row_ref makes
+// them: d * q (Q8S), d * (q - 8) (Q4S), d * q + m (asymmetric), a multiply
+// then an add.
+template <DType T>
+STRATA_BF16 inline void dequant32(const uint8_t* row, int64_t e0, __m512* lo, __m512* hi) {
+  using B = block_of_t<T>;
+  constexpr int64_t G = B::kGroup;
+  constexpr bool kAsym = !dtype_info_constexpr(T).symmetric;
+  constexpr bool kNibbles = dtype_info_constexpr(T).bits == 4;
+  const uint8_t* b = row + (e0 / G) * static_cast<int64_t>(sizeof(B));
+  const int64_t o = e0 % G;  // first element within the block
+  const __m512 d = _mm512_set1_ps(f16_scalar(b));
+  const uint8_t* qs = b + (kAsym ? 4 : 2);
+  __m512i q0, q1;  // elements 0..15 and 16..31 of the chunk as int32
+  if constexpr (kNibbles) {
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    if constexpr (G == 32) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+      q0 = _mm512_cvtepu8_epi32(_mm_and_si128(v, low4));
+      q1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), low4));
+    } else {
+      // Element e of the block: low nibble of byte e (e < G/2), else high nibble of byte e - G/2.
+      const bool high = o >= G / 2;
+      const uint8_t* p = qs + (high ? o - G / 2 : o);
+      __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+      if (high) {
+        v0 = _mm_srli_epi16(v0, 4);
+        v1 = _mm_srli_epi16(v1, 4);
+      }
+      q0 = _mm512_cvtepu8_epi32(_mm_and_si128(v0, low4));
+      q1 = _mm512_cvtepu8_epi32(_mm_and_si128(v1, low4));
+    }
+    if constexpr (!kAsym) {  // Q4S: q - 8
+      q0 = _mm512_sub_epi32(q0, _mm512_set1_epi32(8));
+      q1 = _mm512_sub_epi32(q1, _mm512_set1_epi32(8));
+    }
+  } else {
+    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + o));
+    const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + o + 16));
+    if constexpr (kAsym) {
+      q0 = _mm512_cvtepu8_epi32(v0);
+      q1 = _mm512_cvtepu8_epi32(v1);
+    } else {
+      q0 = _mm512_cvtepi8_epi32(v0);
+      q1 = _mm512_cvtepi8_epi32(v1);
+    }
+  }
+  *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d);
+  *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d);
+  if constexpr (kAsym) {
+    const __m512 m = _mm512_set1_ps(f16_scalar(b + 2));
+    *lo = _mm512_add_ps(*lo, m);
+    *hi = _mm512_add_ps(*hi, m);
+  }
+}
+
+// Elements [e0, e0 + 32) of a row of W (fewer at the end of the row: zero
+// past k) rounded to bf16.
+template <DType T>
+STRATA_BF16 inline __m512bh w_chunk(const uint8_t* row, int64_t e0, int64_t k) {
+  if constexpr (T == DType::kBF16) {
+    const int64_t left = k - e0;
+    const __mmask32 mk = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+    const __m512i v = _mm512_maskz_loadu_epi16(mk, reinterpret_cast<const uint16_t*>(row) + e0);
+    return reinterpret_cast<const __m512bh&>(v);
+  } else {
+    __m512 lo, hi;
+    if constexpr (T == DType::kF32 || T == DType::kF16) {
+      const int64_t left = k - e0;
+      const __mmask16 m0 = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+      const __mmask16 m1 =
+          left >= 32 ? 0xffff : left <= 16 ? 0 : static_cast<__mmask16>((1u << (left - 16)) - 1);
+      if constexpr (T == DType::kF32) {
+        const float* p = reinterpret_cast<const float*>(row) + e0;
+        lo = _mm512_maskz_loadu_ps(m0, p);
+        hi = _mm512_maskz_loadu_ps(m1, p + 16);
+      } else {
+        const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + e0;
+        lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, p));
+        hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, p + 16));
+      }
+    } else {
+      dequant32<T>(row, e0, &lo, &hi);
+    }
+    return _mm512_cvtne2ps_pbh(hi, lo);
+  }
+}
+
+// Rows [j0, j1) of W against M rows of x (bf16, rows ldx elements apart,
+// zero-padded to a multiple of 32): two weight rows at a time share every
+// load of x.
+template <DType T, int M>
+STRATA_BF16 void dot_rows(float* y, int64_t y_stride, const uint16_t* xb, int64_t ldx,
+                          const uint8_t* w, size_t w_row_bytes, const float* bias, int64_t n,
+                          int64_t k, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; j += 2) {
+    const bool two = j + 1 < j1;
+    const uint8_t* r0 = w + static_cast<size_t>(j) * w_row_bytes;
+    const uint8_t* r1 = two ? r0 + w_row_bytes : r0;
+    if (j + kPrefetchRows + 1 < n) {
+      const char* ahead = reinterpret_cast<const char*>(r0 + kPrefetchRows * w_row_bytes);
+      for (size_t o = 0; o < 2 * w_row_bytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
+    }
+    __m512 a0[M], a1[M];
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
+    for (int64_t e0 = 0; e0 < k; e0 += kChunk) {
+      const __m512bh w0 = w_chunk<T>(r0, e0, k);
+      const __m512bh w1 = w_chunk<T>(r1, e0, k);
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) {
+        const __m512i xv = _mm512_load_si512(xb + i * ldx + e0);
+        const __m512bh xh = reinterpret_cast<const __m512bh&>(xv);
+        a0[i] = _mm512_dpbf16_ps(a0[i], w0, xh);
+        a1[i] = _mm512_dpbf16_ps(a1[i], w1, xh);
+      }
+    }
+    const float b0 = bias != nullptr ? bias[j] : 0.0f;
+    const float b1 = bias != nullptr && two ? bias[j + 1] : 0.0f;
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      y[i * y_stride + j] = _mm512_reduce_add_ps(a0[i]) + b0;
+      if (two) y[i * y_stride + j + 1] = _mm512_reduce_add_ps(a1[i]) + b1;
+    }
+  }
+}
+
+using DotFn = void (*)(float*, int64_t, const uint16_t*, int64_t, const uint8_t*, size_t,
+                       const float*, int64_t, int64_t, int64_t, int64_t);
+
+template <DType T>
+constexpr DotFn kDots[kBf16DotMaxM + 1] = {nullptr,        dot_rows<T, 1>, dot_rows<T, 2>,
+                                           dot_rows<T, 3>, dot_rows<T, 4>, dot_rows<T, 5>,
+                                           dot_rows<T, 6>, dot_rows<T, 7>, dot_rows<T, 8>};
+
+DotFn dot_fn(DType t, int64_t m) {
+  switch (t) {
+    case DType::kF32:
+      return kDots<DType::kF32>[m];
+    case DType::kF16:
+      return kDots<DType::kF16>[m];
+    case DType::kBF16:
+      return kDots<DType::kBF16>[m];
+    case DType::kQ8S32:
+      return kDots<DType::kQ8S32>[m];
+    case DType::kQ8S64:
+      return kDots<DType::kQ8S64>[m];
+    case DType::kQ8S128:
+      return kDots<DType::kQ8S128>[m];
+    case DType::kQ8A32:
+      return kDots<DType::kQ8A32>[m];
+    case DType::kQ8A64:
+      return kDots<DType::kQ8A64>[m];
+    case DType::kQ8A128:
+      return kDots<DType::kQ8A128>[m];
+    case DType::kQ4S32:
+      return kDots<DType::kQ4S32>[m];
+    case DType::kQ4A32:
+      return kDots<DType::kQ4A32>[m];
+    case DType::kQ4A64:
+      return kDots<DType::kQ4A64>[m];
+    case DType::kQ4A128:
+      return kDots<DType::kQ4A128>[m];
+    default:
+      return nullptr;
+  }
+}
+
+// x rows -> bf16, round to nearest even (subnormals to zero, as vcvtne2ps2bf16
+// does), zero-padded to ldx.
+STRATA_BF16 void x_to_bf16(const float* x, int64_t k, uint16_t* xb, int64_t ldx) {
+  for (int64_t e = 0; e < ldx; e += 32) {
+    const int64_t left = k - e;
+    const __mmask16 m0 = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+    const __mmask16 m1 =
+        left >= 32 ? 0xffff : left <= 16 ? 0 : static_cast<__mmask16>((1u << (left - 16)) - 1);
+    const __m512bh v =
+        _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + e + 16), _mm512_maskz_loadu_ps(m0, x + e));
+    _mm512_store_si512(xb + e, reinterpret_cast<const __m512i&>(v));
+  }
+}
+
+#pragma GCC diagnostic pop
+#endif  // __x86_64__
+
+}  // namespace
+
+bool matmul_bf16_dot_ok(DType w_dtype, int64_t m) {
+#if defined(__x86_64__)
+  return cpu_features().avx512_bf16 && m >= 1 && m <= kBf16DotMaxM && dtype_ok(w_dtype);
+#else
+  (void)w_dtype, (void)m;
+  return false;
+#endif
+}
+
+size_t matmul_bf16_dot_ws_bytes(int64_t m, int64_t k) {
+  return static_cast<size_t>(m * round_up(k, kChunk) * 2);
+}
+
+Status matmul_bf16_dot(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
+                       DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
+                       int64_t k, void* ws, int n_threads) {
+#if defined(__x86_64__)
+  if (!matmul_bf16_dot_ok(w_dtype, m)) return Status::kUnsupported;
+  const DotFn fn = dot_fn(w_dtype, m);
+  if (fn == nullptr) return Status::kUnsupported;
+  const int64_t ldx = round_up(k, kChunk);
+  auto* xb = static_cast<uint16_t*>(ws);
+  for (int64_t i = 0; i < m; ++i) x_to_bf16(x + i * x_stride, k, xb + i * ldx, ldx);
+  // Pairs of weight rows split evenly over the threads.
+  const int64_t n_pairs = (n + 1) / 2;
+  const int nt = static_cast<int>(std::min<int64_t>(n_threads, n_pairs));
+#pragma omp parallel num_threads(nt)
+  {
+    int64_t p0 = 0, p1 = 0;
+    split_range(n_pairs, omp_get_num_threads(), omp_get_thread_num(), &p0, &p1);
+    if (p1 > p0) {
+      fn(y, y_stride, xb, ldx, static_cast<const uint8_t*>(w), w_row_bytes, bias, n, k, 2 * p0,
+         std::min(n, 2 * p1));
+    }
+  }
+  return Status::kOk;
+#else
+  (void)y, (void)y_stride, (void)x, (void)x_stride, (void)w, (void)w_dtype, (void)w_row_bytes,
+      (void)bias, (void)m, (void)n, (void)k, (void)ws, (void)n_threads;
+  return Status::kUnsupported;
+#endif
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,43 @@
+// The CPU matmul in bf16 for a few rows of x (decode at small batches): a
+// fused dequantize + dot kernel with AVX512_BF16. Each weight row is read
+// once, widened 32 elements at a time in registers exactly as quant's
+// reference dequantizer widens it (d * q, then + m, in f32), rounded to bf16
+// with vcvtne2ps2bf16 and multiplied into every row of x (rounded to bf16
+// once per call) with vdpbf16ps; 16 lanes of f32 partial sums per (row of x,
+// weight row) are added up at the end of the weight row. Nothing the size of
+// a weight panel is written, and no GEMM library call is made, which is what
+// costs most at m = 1..8.
+//
+// The arithmetic is ComputeType::kBF16's (kernels/cpu/matmul.h): x and W
+// rounded to bf16, products exact in f32, f32 sums (in another order than a
+// GEMM's, covered by the same bound), subnormal products flushed as
+// vdpbf16ps does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/status.h"
+
+namespace strata::cpu {
+
+// Rows of x this kernel takes (more go to the GEMM paths).
+inline constexpr int64_t kBf16DotMaxM = 8;
+
+// Whether the kernel runs here: AVX512_BF16, m <= kBf16DotMaxM, and W in
+// f32, f16, bf16 or a quantized format.
+bool matmul_bf16_dot_ok(DType w_dtype, int64_t m);
+
+// Bytes of workspace: x rounded to bf16.
+size_t matmul_bf16_dot_ws_bytes(int64_t m, int64_t k);
+
+// y: [m, n] f32 (row stride y_stride); x: [m, k] f32 (row stride x_stride);
+// w: [n, k] in w_dtype, rows w_row_bytes apart; bias: [n] or null;
+// ws: matmul_bf16_dot_ws_bytes(m, k) bytes, 64-byte aligned. Arguments are
+// checked by matmul.
+Status matmul_bf16_dot(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
+                       DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
+                       int64_t k, void* ws, int n_threads);
+
+}  // namespace strata::cpu

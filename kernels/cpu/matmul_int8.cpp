@@ -1,0 +1,680 @@
+#include "kernels/cpu/matmul_int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/parallel.h"
+#include "quant/blocks.h"
+#include "quant/quant_ref.h"
+
+namespace strata::cpu {
+
+namespace {
+
+constexpr int64_t kTileRows = 32;    // weight rows of a panel: two vectors of 16
+constexpr int64_t kMaxMr = 6;        // rows of x per micro-tile
+constexpr int64_t kMChunk = 120;     // rows of x per pass over a panel (L2)
+constexpr float kTinyGroup = 0x1p-96f;  // a group with amax below this is zero
+constexpr int64_t kPrefetchRows = 6;    // weight rows read ahead of their unpacking
+
+int64_t round_up(int64_t v, int64_t q) {
+  return (v + q - 1) / q * q;
+}
+
+// The pieces of one quantized weight row for the integer products.
+struct WeightFormat {
+  int64_t group = 0;
+  int64_t block_bytes = 0;
+  bool nibbles = false;    // 4-bit
+  bool has_min = false;    // asymmetric: a minimum per block
+  bool signed_q = false;   // Q8S: q int8
+  int32_t bias = 0;        // c = u - bias for the unsigned u the kernel multiplies
+};
+
+WeightFormat weight_format(DType t) {
+  const DTypeInfo& info = dtype_info(t);
+  WeightFormat f;
+  f.group = info.block_elems;
+  f.block_bytes = info.block_bytes;
+  f.nibbles = info.bits == 4;
+  f.has_min = !info.symmetric;
+  f.signed_q = info.bits == 8 && info.symmetric;
+  f.bias = f.signed_q ? 128 : (f.nibbles && info.symmetric ? 8 : 0);
+  return f;
+}
+
+// Block b of a weight row: the unsigned integers u (c = u - bias) of its G
+// elements, its scale and minimum (0 when symmetric).
+void unpack_block(const WeightFormat& f, const uint8_t* block, uint8_t* u, float* dw, float* mw) {
+  uint16_t d = 0, m = 0;
+  std::memcpy(&d, block, 2);
+  const uint8_t* qs = block + 2;
+  if (f.has_min) {
+    std::memcpy(&m, block + 2, 2);
+    qs = block + 4;
+  }
+  *dw = f16_to_f32(d);
+  *mw = f.has_min ? f16_to_f32(m) : 0.0f;
+  if (f.nibbles) {
+    for (int64_t j = 0; j < f.group / 2; ++j) {
+      u[j] = qs[j] & 0x0f;
+      u[j + f.group / 2] = qs[j] >> 4;
+    }
+  } else {
+    for (int64_t j = 0; j < f.group; ++j) {
+      u[j] = f.signed_q ? static_cast<uint8_t>(qs[j] ^ 0x80) : qs[j];
+    }
+  }
+}
+
+// Offsets of the parts of the x workspace.
+struct XLayout {
+  size_t q = 0, d = 0, bt = 0, tf = 0, bytes = 0;
+};
+
+XLayout x_layout(int64_t m, int64_t k, int64_t group) {
+  XLayout l;
+  const int64_t ng = k / group;
+  l.q = 0;
+  l.d = static_cast<size_t>(round_up(m * k, 64));
+  l.bt = l.d + static_cast<size_t>(round_up(m * ng * 4, 64));
+  l.tf = l.bt + static_cast<size_t>(round_up(m * ng * 4, 64));
+  l.bytes = l.tf + static_cast<size_t>(round_up(m * ng * 4, 64));
+  return l;
+}
+
+// A panel: kTileRows weight rows as the kernel reads them.
+//   wq: [k / 4 steps][2 vectors][16 rows][4] u8
+//   dw, mw: [k / G groups][2 vectors][16 rows] f32
+//   u: [16][k rounded up to 64] u8, the unpacked rows before the transpose
+struct PanelLayout {
+  size_t wq = 0, dw = 0, mw = 0, u = 0, bytes = 0;
+};
+
+PanelLayout panel_layout(int64_t k, int64_t group) {
+  PanelLayout l;
+  const int64_t ng = k / group;
+  l.wq = 0;
+  l.dw = static_cast<size_t>(round_up(kTileRows * k, 64));
+  l.mw = l.dw + static_cast<size_t>(ng * kTileRows * 4);
+  l.u = static_cast<size_t>(round_up(static_cast<int64_t>(l.mw) + ng * kTileRows * 4, 64));
+  l.bytes = l.u + static_cast<size_t>(16 * round_up(k, 64));
+  return l;
+}
+
+// ---- Portable path: the same float operations in the same order. ----
+
+void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const WeightFormat& f,
+                          size_t w_row_bytes, const float* bias, int64_t m, int64_t n, int64_t k,
+                          const int8_t* qx, const float* dx, const int32_t* sums,
+                          int n_threads) {
+  const int64_t g_sz = f.group;
+  const int64_t ng = k / g_sz;
+#pragma omp parallel for schedule(static) num_threads(n_threads)
+  for (int64_t j = 0; j < n; ++j) {
+    std::vector<uint8_t> u(static_cast<size_t>(k));
+    std::vector<float> dw(static_cast<size_t>(ng)), mw(static_cast<size_t>(ng));
+    const auto* row = static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes;
+    for (int64_t g = 0; g < ng; ++g) {
+      unpack_block(f, row + g * f.block_bytes, u.data() + g * g_sz, &dw[static_cast<size_t>(g)],
+                   &mw[static_cast<size_t>(g)]);
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < ng; ++g) {
+        int32_t s = 0;
+        const int8_t* q = qx + i * k + g * g_sz;
+        const uint8_t* ug = u.data() + g * g_sz;
+        for (int64_t e = 0; e < g_sz; ++e) s += static_cast<int32_t>(ug[e]) * q[e];
+        const int32_t t = sums[i * ng + g];
+        float fv;
+        if (f.has_min) {
+          fv = static_cast<float>(s) * dw[static_cast<size_t>(g)];
+          fv = std::fmaf(mw[static_cast<size_t>(g)], static_cast<float>(t), fv);
+        } else {
+          fv = static_cast<float>(s - f.bias * t) * dw[static_cast<size_t>(g)];
+        }
+        acc = std::fmaf(fv, dx[i * ng + g], acc);
+      }
+      y[i * y_stride + j] = bias != nullptr ? acc + bias[j] : acc;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define STRATA_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+
+bool vnni_detected() {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+// One row of x quantized per group (quantize_row_int8_ref, vectorised).
+STRATA_VNNI void quantize_row_int8_avx512(const float* x, int64_t k, int64_t group, int8_t* qx,
+                                          float* dx, int32_t* sum) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  for (int64_t g0 = 0; g0 < k; g0 += group) {
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int64_t e = 0; e < group; e += 16) {
+      const __m512 a = _mm512_and_ps(_mm512_loadu_ps(x + g0 + e), abs_mask);
+      bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);  // inf or NaN
+      amax = _mm512_max_ps(amax, a);
+    }
+    const float am = _mm512_reduce_max_ps(amax);
+    float* d = dx + g0 / group;
+    int32_t* s = sum + g0 / group;
+    if (bad != 0 || am < kTinyGroup) {
+      *d = bad != 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+      *s = 0;
+      std::memset(qx + g0, 0, static_cast<size_t>(group));
+      continue;
+    }
+    *d = am / 127.0f;
+    const __m512 id = _mm512_set1_ps(127.0f / am);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    __m512i total = _mm512_setzero_si512();
+    for (int64_t e = 0; e < group; e += 16) {
+      __m512i q = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + g0 + e), id),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+      total = _mm512_add_epi32(total, q);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qx + g0 + e), _mm512_cvtepi32_epi8(q));
+    }
+    *s = _mm512_reduce_add_epi32(total);
+  }
+}
+
+// In-place transpose of 16 x 16 32-bit elements held in 16 registers.
+__attribute__((always_inline)) STRATA_VNNI inline void transpose16_epi32(__m512i* r) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+// The unsigned integers u of a weight row (c = u - bias) and the scale and
+// minimum of each of its groups.
+// u: [k]; dw, mw: [k / G], element stride `stride` floats
+STRATA_VNNI inline void unpack_row(const WeightFormat& f, const uint8_t* row, int64_t k,
+                                   uint8_t* u, float* dw, float* mw, int64_t stride) {
+  const int64_t g_sz = f.group;
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(f.signed_q ? 0x80 : 0));
+  for (int64_t g = 0; g < k / g_sz; ++g) {
+    const uint8_t* block = row + g * f.block_bytes;
+    uint16_t d = 0, m = 0;
+    std::memcpy(&d, block, 2);
+    const uint8_t* qs = block + 2;
+    if (f.has_min) {
+      std::memcpy(&m, block + 2, 2);
+      qs = block + 4;
+    }
+    dw[g * stride] = _cvtsh_ss(d);
+    mw[g * stride] = f.has_min ? _cvtsh_ss(m) : 0.0f;
+    uint8_t* ug = u + g * g_sz;
+    if (f.nibbles) {
+      // Element j: the low nibble of byte j (j < G/2), else the high nibble of byte j - G/2.
+      for (int64_t j = 0; j < g_sz / 2; j += 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + j));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(ug + j), _mm_and_si128(v, low4));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(ug + g_sz / 2 + j),
+                         _mm_and_si128(_mm_srli_epi16(v, 4), low4));
+      }
+    } else {
+      for (int64_t j = 0; j < g_sz; j += 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + j));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(ug + j), _mm_xor_si128(v, flip));
+      }
+    }
+  }
+}
+
+// Unpacks weight rows [j0, j0 + kTileRows) (rows past n are zero) into a
+// panel. Rows are read in order, whole (one sequential stream of the
+// weights), into u ([16][k] bytes, L1/L2), then transposed 64 elements at a
+// time into the panel's [step][vector][16 rows][4] layout.
+STRATA_VNNI void pack_panel(const WeightFormat& f, const void* w, size_t w_row_bytes, int64_t j0,
+                            int64_t n, int64_t k, const PanelLayout& pl, char* panel,
+                            uint8_t* u) {
+  const int64_t ng = k / f.group;
+  auto* wq = reinterpret_cast<uint8_t*>(panel + pl.wq);
+  auto* dwp = reinterpret_cast<float*>(panel + pl.dw);
+  auto* mwp = reinterpret_cast<float*>(panel + pl.mw);
+  const int64_t ldu = round_up(k, 64);
+  for (int64_t v = 0; v < 2; ++v) {
+    for (int64_t r = 0; r < 16; ++r) {
+      const int64_t j = j0 + 16 * v + r;
+      uint8_t* ur = u + r * ldu;
+      if (j < n) {
+        // The row kPrefetchRows ahead (the next panel's, at the end), into L2.
+        if (j + kPrefetchRows < n) {
+          const char* ahead =
+              static_cast<const char*>(w) + static_cast<size_t>(j + kPrefetchRows) * w_row_bytes;
+          for (size_t o = 0; o < w_row_bytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T1);
+        }
+        unpack_row(f, static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes, k, ur,
+                   dwp + v * 16 + r, mwp + v * 16 + r, 32);
+      } else {
+        std::memset(ur, 0, static_cast<size_t>(k));
+        for (int64_t g = 0; g < ng; ++g) dwp[g * 32 + v * 16 + r] = mwp[g * 32 + v * 16 + r] = 0;
+      }
+      std::memset(ur + k, 0, static_cast<size_t>(ldu - k));
+    }
+    for (int64_t k0 = 0; k0 < k; k0 += 64) {
+      __m512i t[16];
+      for (int64_t r = 0; r < 16; ++r) t[r] = _mm512_load_si512(u + r * ldu + k0);
+      transpose16_epi32(t);
+      // t[s]: elements k0 + 4s .. k0 + 4s + 3 of each of the 16 rows.
+      const int64_t n_steps = std::min<int64_t>(64, k - k0) / 4;
+      for (int64_t s = 0; s < n_steps; ++s) {
+        _mm512_store_si512(wq + ((k0 / 4 + s) * 2 + v) * 64, t[s]);
+      }
+    }
+  }
+}
+
+// Stores dword-step t of a group's quantized bytes (16 rows x 4 bytes, as
+// loaded) as unsigned steps of the panel: 4-bit formats give step t (low
+// nibbles) and step t + hi_off (high nibbles), Q8S is shifted by 128.
+// out: the group's first step of this vector; steps are 2 x 64 bytes apart.
+STRATA_VNNI inline void emit_step(const WeightFormat& f, uint8_t* out, int64_t t, int64_t hi_off,
+                                  __m512i q) {
+  if (f.nibbles) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    _mm512_store_si512(out + t * 128, _mm512_and_si512(q, low4));
+    _mm512_store_si512(out + (t + hi_off) * 128,
+                       _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+  } else if (f.signed_q) {
+    _mm512_store_si512(out + t * 128, _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80))));
+  } else {
+    _mm512_store_si512(out + t * 128, q);
+  }
+}
+
+// A full panel (rows j0 .. j0 + 31 all exist) straight from the blocks, group
+// by group, 16 rows at a time, through registers: the rows' quantized bytes
+// of the group are transposed to [4-element step][16 rows] (for 4-bit
+// formats, one transpose yields the steps of the low and of the high
+// nibbles), the 16 scales (and minimums) come in with one gather. Meanwhile
+// the next panel's rows are prefetched into L2, a share per group.
+STRATA_VNNI void pack_panel_full(const WeightFormat& f, const void* w, size_t w_row_bytes,
+                                 int64_t j0, int64_t n, int64_t k, const PanelLayout& pl,
+                                 char* panel) {
+  const int64_t g_sz = f.group, ng = k / g_sz;
+  auto* wq = reinterpret_cast<uint8_t*>(panel + pl.wq);
+  auto* dwp = reinterpret_cast<float*>(panel + pl.dw);
+  auto* mwp = reinterpret_cast<float*>(panel + pl.mw);
+  const int64_t qs_off = f.has_min ? 4 : 2;
+  const int64_t qs_bytes = f.nibbles ? g_sz / 2 : g_sz;
+  const int64_t steps_per_dword_row = f.nibbles ? g_sz / 8 : 0;  // hi nibble step offset
+  const auto* base = static_cast<const uint8_t*>(w) + static_cast<size_t>(j0) * w_row_bytes;
+  const __m512i row_idx = _mm512_mullo_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+      _mm512_set1_epi32(static_cast<int32_t>(w_row_bytes)));
+  // The next panel: prefetched a share per group.
+  const bool ahead = j0 + 2 * kTileRows <= n;
+  const char* next = reinterpret_cast<const char*>(base) + kTileRows * w_row_bytes;
+  const int64_t next_lines = static_cast<int64_t>(kTileRows * w_row_bytes / 64);
+  const int64_t g_steps = g_sz / 4;
+  for (int64_t g = 0; g < ng; ++g) {
+    if (ahead) {
+      for (int64_t l = next_lines * g / ng; l < next_lines * (g + 1) / ng; ++l) {
+        _mm_prefetch(next + 64 * l, _MM_HINT_T1);
+      }
+    }
+    for (int64_t v = 0; v < 2; ++v) {
+      const uint8_t* rows = base + static_cast<size_t>(16 * v) * w_row_bytes + g * f.block_bytes;
+      const __m512i sc = _mm512_i32gather_epi32(row_idx, rows, 1);
+      _mm512_store_ps(dwp + (g * 2 + v) * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(sc)));
+      _mm512_store_ps(mwp + (g * 2 + v) * 16,
+                      f.has_min ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(sc, 16)))
+                                : _mm512_setzero_ps());
+      const uint8_t* q = rows + qs_off;
+      if (qs_bytes == 16) {
+        // 16 rows x 4 dwords: four rows per register, a dword transpose within
+        // each 128-bit lane, then a 4 x 4 transpose of the lanes.
+        const __m512i lane_t = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+        __m512i r4[4];
+        for (int64_t i = 0; i < 4; ++i) {
+          __m512i x = _mm512_castsi128_si512(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i) * w_row_bytes)));
+          x = _mm512_inserti32x4(
+              x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i + 1) * w_row_bytes)), 1);
+          x = _mm512_inserti32x4(
+              x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i + 2) * w_row_bytes)), 2);
+          x = _mm512_inserti32x4(
+              x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i + 3) * w_row_bytes)), 3);
+          r4[i] = _mm512_permutexvar_epi32(lane_t, x);
+        }
+        const __m512i a01 = _mm512_shuffle_i32x4(r4[0], r4[1], 0x44);
+        const __m512i b01 = _mm512_shuffle_i32x4(r4[0], r4[1], 0xee);
+        const __m512i a23 = _mm512_shuffle_i32x4(r4[2], r4[3], 0x44);
+        const __m512i b23 = _mm512_shuffle_i32x4(r4[2], r4[3], 0xee);
+        uint8_t* out = wq + (g * g_steps * 2 + v) * 64;
+        emit_step(f, out, 0, steps_per_dword_row, _mm512_shuffle_i32x4(a01, a23, 0x88));
+        emit_step(f, out, 1, steps_per_dword_row, _mm512_shuffle_i32x4(a01, a23, 0xdd));
+        emit_step(f, out, 2, steps_per_dword_row, _mm512_shuffle_i32x4(b01, b23, 0x88));
+        emit_step(f, out, 3, steps_per_dword_row, _mm512_shuffle_i32x4(b01, b23, 0xdd));
+      } else {
+        // 16 rows x up to 16 dwords at a time: a full 16 x 16 transpose.
+        for (int64_t h = 0; h < qs_bytes; h += 64) {
+          const int64_t bytes = std::min<int64_t>(64, qs_bytes - h);
+          const __mmask64 mk = bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1;
+          __m512i t[16];
+          for (int64_t r = 0; r < 16; ++r) t[r] = _mm512_maskz_loadu_epi8(mk, q + r * w_row_bytes + h);
+          transpose16_epi32(t);
+          uint8_t* out = wq + (g * g_steps * 2 + v) * 64;
+          for (int64_t s = 0; s < bytes / 4; ++s) {
+            emit_step(f, out, h / 4 + s, steps_per_dword_row, t[s]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// y rows [0, MR) x panel columns [0, nn): per group, 32-bit integer sums of
+// u * qx with vpdpbusd (16 weight rows per vector, 4 elements per lane), then
+// the group's scale (and minimum, or bias) in f32.
+template <int MR, int G, bool kAsym>
+STRATA_VNNI void tile_vnni(const char* panel, const PanelLayout& pl, int64_t k, int64_t ng,
+                           const int8_t* qx, const float* dx, const int32_t* bt, const float* tf,
+                           float* y, int64_t y_stride, int64_t nn, const float* bias) {
+  const auto* wq = reinterpret_cast<const uint8_t*>(panel + pl.wq);
+  const auto* dwp = reinterpret_cast<const float*>(panel + pl.dw);
+  const auto* mwp = reinterpret_cast<const float*>(panel + pl.mw);
+  __m512 acc[MR][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    __m512i s[MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) s[r][0] = s[r][1] = _mm512_setzero_si512();
+    const uint8_t* wg = wq + g * G * 32;  // G/4 steps x 2 vectors x 64 bytes
+    const int8_t* xg = qx + g * G;
+#pragma GCC unroll 8
+    for (int st = 0; st < G / 4; ++st) {
+      const __m512i w0 = _mm512_load_si512(wg + st * 128);
+      const __m512i w1 = _mm512_load_si512(wg + st * 128 + 64);
+#pragma GCC unroll 6
+      for (int r = 0; r < MR; ++r) {
+        int32_t x4;
+        std::memcpy(&x4, xg + r * k + 4 * st, 4);
+        const __m512i xb = _mm512_set1_epi32(x4);
+        s[r][0] = _mm512_dpbusd_epi32(s[r][0], w0, xb);
+        s[r][1] = _mm512_dpbusd_epi32(s[r][1], w1, xb);
+      }
+    }
+    const __m512 dw0 = _mm512_load_ps(dwp + g * 32), dw1 = _mm512_load_ps(dwp + g * 32 + 16);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const __m512 d = _mm512_set1_ps(dx[r * ng + g]);
+      __m512 f0, f1;
+      if constexpr (kAsym) {
+        const __m512 t = _mm512_set1_ps(tf[r * ng + g]);
+        f0 = _mm512_fmadd_ps(_mm512_load_ps(mwp + g * 32), t,
+                             _mm512_mul_ps(_mm512_cvtepi32_ps(s[r][0]), dw0));
+        f1 = _mm512_fmadd_ps(_mm512_load_ps(mwp + g * 32 + 16), t,
+                             _mm512_mul_ps(_mm512_cvtepi32_ps(s[r][1]), dw1));
+      } else {
+        const __m512i b = _mm512_set1_epi32(bt[r * ng + g]);
+        f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][0], b)), dw0);
+        f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][1], b)), dw1);
+      }
+      acc[r][0] = _mm512_fmadd_ps(f0, d, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(f1, d, acc[r][1]);
+    }
+  }
+  const __mmask16 m0 = nn >= 16 ? 0xffff : static_cast<__mmask16>((1u << nn) - 1);
+  const __mmask16 m1 = nn >= 32 ? 0xffff : nn <= 16 ? 0 : static_cast<__mmask16>((1u << (nn - 16)) - 1);
+  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+  if (bias != nullptr) {
+    b0 = _mm512_maskz_loadu_ps(m0, bias);
+    b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    _mm512_mask_storeu_ps(y + r * y_stride, m0, bias != nullptr ? _mm512_add_ps(acc[r][0], b0) : acc[r][0]);
+    _mm512_mask_storeu_ps(y + r * y_stride + 16, m1,
+                          bias != nullptr ? _mm512_add_ps(acc[r][1], b1) : acc[r][1]);
+  }
+}
+
+using TileFn = void (*)(const char*, const PanelLayout&, int64_t, int64_t, const int8_t*,
+                        const float*, const int32_t*, const float*, float*, int64_t, int64_t,
+                        const float*);
+
+template <int G, bool kAsym>
+constexpr TileFn kTiles[kMaxMr + 1] = {nullptr,
+                                       tile_vnni<1, G, kAsym>,
+                                       tile_vnni<2, G, kAsym>,
+                                       tile_vnni<3, G, kAsym>,
+                                       tile_vnni<4, G, kAsym>,
+                                       tile_vnni<5, G, kAsym>,
+                                       tile_vnni<6, G, kAsym>};
+
+const TileFn* tiles_for(int64_t group, bool asym) {
+  if (group == 32) return asym ? kTiles<32, true> : kTiles<32, false>;
+  if (group == 64) return asym ? kTiles<64, true> : kTiles<64, false>;
+  return asym ? kTiles<128, true> : kTiles<128, false>;
+}
+
+#pragma GCC diagnostic pop
+#endif  // __x86_64__
+
+}  // namespace
+
+void quantize_row_int8_ref(const float* x, int64_t k, int64_t group, int8_t* qx, float* dx,
+                           int32_t* sum) {
+  for (int64_t g0 = 0; g0 < k; g0 += group) {
+    float amax = 0.0f;
+    bool bad = false;
+    for (int64_t e = 0; e < group; ++e) {
+      const float a = std::fabs(x[g0 + e]);
+      bad = bad || !std::isfinite(a);
+      amax = std::max(amax, a);
+    }
+    int32_t s = 0;
+    if (bad || amax < kTinyGroup) {
+      dx[g0 / group] = bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+      for (int64_t e = 0; e < group; ++e) qx[g0 + e] = 0;
+    } else {
+      dx[g0 / group] = amax / 127.0f;
+      const float id = 127.0f / amax;
+      for (int64_t e = 0; e < group; ++e) {
+        const float p = x[g0 + e] * id;
+        const float r = std::nearbyint(p);
+        const int32_t q = static_cast<int32_t>(std::clamp(r, -127.0f, 127.0f));
+        qx[g0 + e] = static_cast<int8_t>(q);
+        s += q;
+      }
+    }
+    sum[g0 / group] = s;
+  }
+}
+
+bool matmul_int8_native() {
+#if defined(__x86_64__)
+  static const bool vnni = vnni_detected();
+  return vnni && cpu_features().avx512;
+#else
+  return false;
+#endif
+}
+
+void quantize_row_int8(const float* x, int64_t k, int64_t group, int8_t* qx, float* dx,
+                       int32_t* sum) {
+#if defined(__x86_64__)
+  if (matmul_int8_native() && group % 16 == 0) {
+    quantize_row_int8_avx512(x, k, group, qx, dx, sum);
+    return;
+  }
+#endif
+  quantize_row_int8_ref(x, k, group, qx, dx, sum);
+}
+
+size_t matmul_int8_x_bytes(int64_t m, int64_t k, int64_t group) {
+  return x_layout(m, k, group).bytes;
+}
+
+size_t matmul_int8_panel_bytes(int64_t k, int64_t group) {
+  return panel_layout(k, group).bytes;
+}
+
+Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
+                   DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
+                   int64_t k, void* x_ws, void* const* panels, int n_threads) {
+  if (!is_quantized(w_dtype)) return Status::kUnsupported;
+  const WeightFormat f = weight_format(w_dtype);
+  const int64_t g_sz = f.group;
+  const int64_t ng = k / g_sz;
+  const XLayout xl = x_layout(m, k, g_sz);
+  auto* ws = static_cast<char*>(x_ws);
+  auto* qx = reinterpret_cast<int8_t*>(ws + xl.q);
+  auto* dx = reinterpret_cast<float*>(ws + xl.d);
+  auto* bt = reinterpret_cast<int32_t*>(ws + xl.bt);
+  auto* tf = reinterpret_cast<float*>(ws + xl.tf);
+#if defined(__x86_64__)
+  const bool native = matmul_int8_native();
+#else
+  const bool native = false;
+#endif
+  if (!native) {
+    // sums in bt: the portable path reads T itself.
+#pragma omp parallel for schedule(static) num_threads(n_threads)
+    for (int64_t i = 0; i < m; ++i) {
+      quantize_row_int8_ref(x + i * x_stride, k, g_sz, qx + i * k, dx + i * ng, bt + i * ng);
+    }
+    matmul_int8_portable(y, y_stride, w, f, w_row_bytes, bias, m, n, k, qx, dx, bt, n_threads);
+    return Status::kOk;
+  }
+#if defined(__x86_64__)
+  const PanelLayout pl = panel_layout(k, g_sz);
+  const TileFn* tiles = tiles_for(g_sz, f.has_min);
+  const int64_t n_tiles = (n + kTileRows - 1) / kTileRows;
+  const int64_t n_mchunks = (m + kMChunk - 1) / kMChunk;
+  const int64_t n_units = n_tiles * n_mchunks;
+  const int nt = static_cast<int>(std::min<int64_t>(n_threads, n_units));
+#pragma omp parallel num_threads(nt)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; ++i) {
+      int32_t* t = bt + i * ng;
+      quantize_row_int8_avx512(x + i * x_stride, k, g_sz, qx + i * k, dx + i * ng, t);
+      for (int64_t g = 0; g < ng; ++g) {
+        tf[i * ng + g] = static_cast<float>(t[g]);
+        t[g] *= f.bias;  // bias * T for the symmetric formats
+      }
+    }
+    // (the loop's barrier publishes x)
+    const int tid = omp_get_thread_num();
+    char* panel = static_cast<char*>(panels[tid]);
+    int64_t u0 = 0, u1 = 0;
+    split_range(n_units, omp_get_num_threads(), tid, &u0, &u1);
+    int64_t packed = -1;
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t mc = u / n_tiles, tile = u % n_tiles;
+      const int64_t j0 = tile * kTileRows;
+      if (packed != tile) {
+        if (j0 + kTileRows <= n && w_row_bytes * 16 < (size_t{1} << 31)) {
+          pack_panel_full(f, w, w_row_bytes, j0, n, k, pl, panel);
+        } else {
+          pack_panel(f, w, w_row_bytes, j0, n, k, pl, panel,
+                     reinterpret_cast<uint8_t*>(panel + pl.u));
+        }
+        packed = tile;
+      }
+      const int64_t nn = std::min(kTileRows, n - j0);
+      const int64_t i_end = std::min(m, (mc + 1) * kMChunk);
+      for (int64_t i0 = mc * kMChunk; i0 < i_end; i0 += kMaxMr) {
+        const int64_t mr = std::min(kMaxMr, i_end - i0);
+        tiles[mr](panel, pl, k, ng, qx + i0 * k, dx + i0 * ng, bt + i0 * ng, tf + i0 * ng,
+                  y + i0 * y_stride + j0, y_stride, nn, bias != nullptr ? bias + j0 : nullptr);
+      }
+    }
+  }
+#endif
+  return Status::kOk;
+}
+
+void matmul_int8_ref(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
+                     DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
+                     int64_t k) {
+  const DTypeInfo& info = dtype_info(w_dtype);
+  const int64_t g_sz = info.block_elems;
+  const int64_t ng = k / g_sz;
+  std::vector<int8_t> qx(static_cast<size_t>(k));
+  std::vector<float> dx(static_cast<size_t>(ng));
+  std::vector<int32_t> t(static_cast<size_t>(ng));
+  // Stored integers c and scales of every weight row, from the block bytes.
+  std::vector<int32_t> c(static_cast<size_t>(n * k));
+  std::vector<double> dw(static_cast<size_t>(n * ng)), mw(static_cast<size_t>(n * ng));
+  const WeightFormat f = weight_format(w_dtype);
+  std::vector<uint8_t> u(static_cast<size_t>(g_sz));
+  for (int64_t j = 0; j < n; ++j) {
+    const auto* row = static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes;
+    for (int64_t g = 0; g < ng; ++g) {
+      float d = 0, mn = 0;
+      unpack_block(f, row + g * f.block_bytes, u.data(), &d, &mn);
+      dw[static_cast<size_t>(j * ng + g)] = d;
+      mw[static_cast<size_t>(j * ng + g)] = mn;
+      for (int64_t e = 0; e < g_sz; ++e) {
+        c[static_cast<size_t>(j * k + g * g_sz + e)] = static_cast<int32_t>(u[static_cast<size_t>(e)]) - f.bias;
+      }
+    }
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    quantize_row_int8_ref(x + i * x_stride, k, g_sz, qx.data(), dx.data(), t.data());
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = bias != nullptr ? bias[j] : 0.0;
+      for (int64_t g = 0; g < ng; ++g) {
+        int64_t s = 0;
+        for (int64_t e = 0; e < g_sz; ++e) {
+          s += static_cast<int64_t>(c[static_cast<size_t>(j * k + g * g_sz + e)]) *
+               qx[static_cast<size_t>(g * g_sz + e)];
+        }
+        const size_t jg = static_cast<size_t>(j * ng + g);
+        acc += static_cast<double>(dx[static_cast<size_t>(g)]) *
+               (dw[jg] * static_cast<double>(s) + mw[jg] * t[static_cast<size_t>(g)]);
+      }
+      y[i * y_stride + j] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace strata::cpu
