@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/compression_flags.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -28,6 +29,7 @@ struct Options {
   int64_t ctx = 256;
   bool bos = false;
   int threads = 0;
+  CompressionFlags compression;
 };
 
 int run(const Options& o) {
@@ -50,6 +52,9 @@ int run(const Options& o) {
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   eo.gpu_batch_size = 1;
   eo.threads = o.threads;
+  o.compression.apply(eo);
+  spdlog::info("perplexity: KV {}, weights {}", dtype_name(eo.kv_dtype),
+               eo.weight_dtype ? dtype_name(*eo.weight_dtype) : "as stored");
   const auto engine = make_engine(*model, eo);
   const PerplexityResult r = perplexity(*engine, ids, o.ctx, bos);
   std::printf("ppl %.6f\n", r.ppl);
@@ -67,10 +72,11 @@ const Command kPerplexity{
       sub.add_option("--ctx", o->ctx, "Tokens per chunk")->capture_default_str();
       sub.add_flag("--bos", o->bos,
                    "Start every chunk with BOS (then ctx - 1 text tokens per chunk)");
-      sub.add_option("--compute-dtype", o->compute_dtype, "f32 or bf16")
-          ->check(CLI::IsMember({"f32", "bf16"}))
+      sub.add_option("--compute-dtype", o->compute_dtype, "f32, bf16 or int8")
+          ->check(CLI::IsMember({"f32", "bf16", "int8"}))
           ->capture_default_str();
       sub.add_option("--threads", o->threads, "CPU threads (default: all cores)");
+      o->compression.add(sub);
       return [o]() { return run(*o); };
     }};
 

@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/cpu/attention_decode.h"
+#include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec_math.h"
@@ -133,7 +135,7 @@ STRATA_AVX512 inline __m512 load16(const void* row, int64_t c, __mmask16 m) {
 }
 
 // In-place transpose of a 16 x 16 f32 block held in 16 registers.
-STRATA_AVX512 inline void transpose16(__m512* r) {
+__attribute__((always_inline)) STRATA_AVX512 inline void transpose16(__m512* r) {
   __m512 t[16];
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -456,11 +458,18 @@ float stored_value(DType t, const void* row, int64_t i) {
 Status paged_attention(float* out, int64_t out_stride, const float* q, int64_t q_stride,
                        int64_t n_head, const KvPages& kv, const AttentionBatch& batch,
                        float scale) {
+  if (is_quantized(kv.dtype)) {  // quantized pages: kernels/cpu/attention_quant.h
+    return paged_attention_quant(out, out_stride, q, q_stride, n_head, kv, batch, scale);
+  }
   int64_t n_tokens = 0, max_new = 0, work = 0;
   if (Status s =
           check_batch(out, out_stride, q, q_stride, n_head, kv, batch, &n_tokens, &max_new, &work);
       s != Status::kOk || n_tokens == 0) {
     return s;
+  }
+  if (max_new == 1 &&  // decode: kernels/cpu/attention_decode.h
+      paged_attention_decode(out, out_stride, q, q_stride, n_head, kv, batch, scale, work)) {
+    return Status::kOk;
   }
   const int64_t group = n_head / kv.n_kv_head;
   // The query heads of one kv head share every key and value read, so an item
@@ -514,6 +523,9 @@ Status paged_attention(float* out, int64_t out_stride, const float* q, int64_t q
 Status paged_attention_ref(float* out, int64_t out_stride, const float* q, int64_t q_stride,
                            int64_t n_head, const KvPages& kv, const AttentionBatch& batch,
                            float scale) {
+  if (is_quantized(kv.dtype)) {
+    return paged_attention_quant_ref(out, out_stride, q, q_stride, n_head, kv, batch, scale);
+  }
   int64_t n_tokens = 0, max_new = 0, work = 0;
   if (Status s =
           check_batch(out, out_stride, q, q_stride, n_head, kv, batch, &n_tokens, &max_new, &work);
@@ -566,6 +578,10 @@ Status kv_append(void* const* k_pages, void* const* v_pages, int64_t n_pages, DT
                  int64_t page_size, int64_t n_kv_head, int64_t head_dim, const float* k,
                  int64_t k_stride, const float* v, int64_t v_stride, const int64_t* slots,
                  int64_t n_tokens) {
+  if (is_quantized(dtype)) {
+    return kv_append_quant(k_pages, v_pages, n_pages, dtype, page_size, n_kv_head, head_dim, k,
+                           k_stride, v, v_stride, slots, n_tokens, nullptr, nullptr);
+  }
   if (Status s = check_append(k_pages, v_pages, n_pages, dtype, page_size, n_kv_head, head_dim, k,
                               k_stride, v, v_stride, slots, n_tokens);
       s != Status::kOk) {
@@ -587,6 +603,10 @@ Status kv_append_ref(void* const* k_pages, void* const* v_pages, int64_t n_pages
                      int64_t page_size, int64_t n_kv_head, int64_t head_dim, const float* k,
                      int64_t k_stride, const float* v, int64_t v_stride, const int64_t* slots,
                      int64_t n_tokens) {
+  if (is_quantized(dtype)) {
+    return kv_append_quant_ref(k_pages, v_pages, n_pages, dtype, page_size, n_kv_head, head_dim,
+                               k, k_stride, v, v_stride, slots, n_tokens, nullptr, nullptr);
+  }
   if (Status s = check_append(k_pages, v_pages, n_pages, dtype, page_size, n_kv_head, head_dim, k,
                               k_stride, v, v_stride, slots, n_tokens);
       s != Status::kOk) {

@@ -5,7 +5,9 @@
 // Page layout (the KV cache's): K and V pages are separate; each page is
 // [page_size, n_kv_head, head_dim] contiguous in the kv dtype (f32, f16 or
 // bf16), and pages are reached through arrays of base pointers, so they can
-// live anywhere. A slot is page_id * page_size + offset in page.
+// live anywhere. A slot is page_id * page_size + offset in page. Pages in a
+// quantized dtype are forwarded by paged_attention(_ref) and kv_append(_ref)
+// to kernels/cpu/attention_quant.h (page_key_minmax does not take them).
 //
 // Batches are described as in flashinfer: sequence s owns query rows
 // [q_indptr[s], q_indptr[s+1]) of q and pages page_ids[page_indptr[s] ..
@@ -36,7 +38,7 @@ struct KvPages {
   const void* const* k = nullptr;  // [n_pages] K page base pointers
   const void* const* v = nullptr;  // [n_pages] V page base pointers
   int64_t n_pages = 0;             // page ids are in [0, n_pages)
-  DType dtype = DType::kF32;       // f32, f16 or bf16
+  DType dtype = DType::kF32;       // f32, f16 or bf16 (quantized: attention_quant.h)
   int64_t page_size = 16;
   int64_t n_kv_head = 0;
   int64_t head_dim = 0;  // <= kMaxHeadDim

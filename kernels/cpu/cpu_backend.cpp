@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/norm.h"
@@ -48,7 +49,8 @@ cpu::Activation cpu_act(ActFn f) {
 cpu::ComputeType cpu_compute(DType t) {
   if (t == DType::kF32) return cpu::ComputeType::kF32;
   if (t == DType::kBF16) return cpu::ComputeType::kBF16;
-  fail("cpu backend: compute dtype {} is not supported; use f32 or bf16", dtype_name(t));
+  if (t == DType::kI8) return cpu::ComputeType::kInt8;  // kernels/cpu/matmul_int8.h
+  fail("cpu backend: compute dtype {} is not supported; use f32, bf16 or int8", dtype_name(t));
 }
 
 constexpr const char* kOpNames[] = {"matmul",    "norm",      "rope",        "elementwise",
@@ -224,6 +226,20 @@ void CpuBackend::kv_append(const KvLayer& kv, const float* k, int64_t k_stride, 
                            const int32_t* touched, const int32_t* n_filled, int64_t n_touched) {
   cpu::ScopedOmpThreads t(threads_);
   std::optional<Timer> timer(std::in_place, *this, Op::kKvAppend);
+  if (is_quantized(kv.dtype)) {
+    // Quantized pages: the key min/max are folded from the f32 keys as they
+    // are quantized (kernels/cpu/attention_quant.h).
+    if (n_touched > 0 && n_tokens > 0 && (kv.k_min == nullptr || kv.k_max == nullptr)) {
+      fail("cpu backend: kv_append failed: invalid argument (no key min/max arrays)");
+    }
+    check(cpu::kv_append_quant(kv.k_pages, kv.v_pages, kv.n_pages, kv.dtype, kv.page_size,
+                               kv.n_kv_head, kv.head_dim, k, k_stride, v, v_stride, slots,
+                               n_tokens, n_touched > 0 ? kv.k_min : nullptr,
+                               n_touched > 0 ? kv.k_max : nullptr),
+          "kv_append", "tokens={} pages={} kv_heads={} head_dim={} {}", n_tokens, kv.n_pages,
+          kv.n_kv_head, kv.head_dim, dtype_name(kv.dtype));
+    return;
+  }
   check(cpu::kv_append(kv.k_pages, kv.v_pages, kv.n_pages, kv.dtype, kv.page_size, kv.n_kv_head,
                        kv.head_dim, k, k_stride, v, v_stride, slots, n_tokens),
         "kv_append", "tokens={} pages={} kv_heads={} head_dim={} {}", n_tokens, kv.n_pages,

@@ -7,9 +7,11 @@
 // element: a score s_j = scale q.k_j is computed within E_j = (hd + 2) u scale
 // sum_d |q_d k_jd|; exp of a shifted score (argument within R = the range of
 // the scores) is within e + R u, and the online softmax applies at most B + 1
-// of them per key (B = blocks of kAttentionKeyBlock keys); the sums over keys and blocks add
-// (n_keys + 2B + 4) u. With p_j the exact probabilities:
-//   |out_d - ref_d| <= (2 E_max + 2 (B + 1)(e + R u) + (n_keys + 2B + 6) u)
+// of them per key (B = blocks of kAttentionKeyBlock keys), plus one more where
+// the decode path merges the partial states of a sequence cut into key chunks
+// (at most B chunks); the sums over keys, blocks and chunks add
+// (n_keys + 4B + 4) u. With p_j the exact probabilities:
+//   |out_d - ref_d| <= (2 E_max + 2 (B + 2)(e + R u) + (n_keys + 4B + 6) u)
 //                      * sum_j p_j |v_jd|  + u |ref_d|.
 #include <gtest/gtest.h>
 
@@ -168,8 +170,8 @@ std::vector<double> attention_bound(const Pool& pool, const Batch& b, const std:
         double l = 0;
         for (auto& v : sc) l += (v = std::exp(v - mx));
         const double range = mx - mn + e_max;
-        const double rel = 2 * e_max + 2 * (blocks + 1) * (kExpRelErr + range * kU32) +
-                           (n_keys + 2 * blocks + 6) * kU32;
+        const double rel = 2 * e_max + 2 * (blocks + 2) * (kExpRelErr + range * kU32) +
+                           (n_keys + 4 * blocks + 6) * kU32;
         for (int64_t d = 0; d < hd; ++d) {
           double pv = 0;
           for (int64_t j = 0; j < n_keys; ++j) pv += sc[j] / l * std::fabs(at(pool.v, j, g, d));
@@ -239,6 +241,16 @@ TEST_P(AttentionTest, MatchesReference) {
       {"gqa 8", t, 16, 4, 8, 128, {{45, 45}, {20, 1}}},
       {"mqa 40 heads", t, 5, 1, 40, 17, {{12, 4}, {3, 1}}},
       {"no queries", t, 16, 1, 2, 16, {{8, 0}, {9, 1}}},
+      // Decode batches (one new token each) take the decode path: head dims
+      // 64 and 128 (unrolled) and others, groups of 1 to 40 query heads, kv
+      // heads split over several head ranges, long sequences cut into key
+      // chunks and merged, pages not a multiple of 16 keys.
+      {"decode hd128 gqa4", t, 16, 2, 4, 128, {{300, 1}, {7, 1}, {33, 1}}},
+      {"decode hd128 gqa2", t, 16, 4, 2, 128, {{90, 1}, {16, 1}}},
+      {"decode mha 40 kv heads", t, 16, 40, 1, 8, {{20, 1}, {45, 1}}},
+      {"decode group 40", t, 5, 2, 40, 24, {{71, 1}, {2, 1}}},
+      {"decode long (key chunks)", t, 16, 3, 3, 64, {{5000, 1}, {2100, 1}, {40, 1}}},
+      {"decode page 7", t, 7, 3, 5, 48, {{100, 1}, {1, 1}, {29, 1}}},
   };
   uint32_t seed = 1000;
   for (const auto& c : cases) run_attention(c, seed += 17);
@@ -271,6 +283,36 @@ TEST(Attention, NonFiniteStaysWhereTheReferencePutsIt) {
     n_nan += std::isnan(ref[i]);
   }
   EXPECT_EQ(n_nan, 2 * 2 + 8);  // dim 5 of both heads of both queries of seq 0; head 1 of seq 1
+}
+
+TEST(Attention, NonFiniteStaysWhereTheReferencePutsItInDecode) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Pool pool(t, 16, 1, 8, 12);
+    // Sequence 0 long enough to be cut into key chunks.
+    const Batch b = make_batch(pool, {{150, 1}, {5, 1}}, 3);
+    // A NaN in one value of key 2 of sequence 0, and in one query of sequence 1.
+    const size_t e = 2 * 8 + 5;
+    if (t == DType::kF32) {
+      static_cast<float*>(pool.v[static_cast<size_t>(b.page_ids[0])])[e] = NAN;
+    } else {
+      static_cast<uint16_t*>(pool.v[static_cast<size_t>(b.page_ids[0])])[e] =
+          t == DType::kF16 ? 0x7e00 : 0x7fc0;  // a quiet NaN
+    }
+    std::vector<float> q = test::random_floats(2 * 2 * 8, -1, 1, 4);
+    q[16 + 8 + 3] = NAN;
+    std::vector<float> out(q.size()), ref(q.size());
+    ASSERT_EQ(paged_attention(out.data(), 16, q.data(), 16, 2, pool.view(), b.view(), 0.35f),
+              Status::kOk);
+    ASSERT_EQ(paged_attention_ref(ref.data(), 16, q.data(), 16, 2, pool.view(), b.view(), 0.35f),
+              Status::kOk);
+    int n_nan = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(std::isnan(out[i]), std::isnan(ref[i])) << i;
+      n_nan += std::isnan(ref[i]);
+    }
+    EXPECT_EQ(n_nan, 2 + 8);  // dim 5 of both heads of seq 0; head 1 of seq 1
+  }
 }
 
 TEST(Attention, RejectsBadBatchesAndWritesNothing) {

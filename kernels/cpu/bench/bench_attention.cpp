@@ -1,0 +1,257 @@
+// Paged attention benchmark: a whole decode step of a model's attention (every
+// layer's KV is distinct memory, laid out as the KV cache's page pool lays it
+// out, so the step streams the cache from RAM as the engine does) beside the
+// machine's read bandwidth measured in the same run; then prefill of one
+// layer. Defaults are SmolLM2-135M's shape (30 layers, 9/3 heads, head_dim
+// 64) at batch 32 and 160 keys. Warm-up, then repeats; median and range. Not
+// a test: numbers depend on the machine and its load.
+//
+//   strata_bench_attention [--seqs 32] [--ctx 160] [--prompt 128] [--layers 30]
+//                          [--heads 9] [--kv-heads 3] [--head-dim 64]
+//                          [--kv f16|bf16|f32] [--threads N] [--reps N] [--decode-only]
+// STRATA_BENCH_CPU_TIME=1 times by process CPU time / threads instead of wall
+// time (steadier on a machine shared with other work).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <time.h>
+
+#include "core/dtype.h"
+#include "kernels/cpu/attention.h"
+
+namespace {
+
+using strata::DType;
+using Clock = std::chrono::steady_clock;
+
+struct Stats {
+  double median = 0, lo = 0, hi = 0;  // seconds
+};
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Wall time; with STRATA_BENCH_CPU_TIME=1 the process CPU time divided by
+// the thread count instead (steadier on a machine shared with other work, as
+// long as the threads do not wait on each other).
+Stats time_it(int reps, const std::function<void()>& fn) {
+  static const bool use_cpu = std::getenv("STRATA_BENCH_CPU_TIME") != nullptr;
+  fn();
+  fn();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    const double c0 = cpu_seconds();
+    fn();
+    t.push_back(use_cpu ? (cpu_seconds() - c0) / omp_get_max_threads()
+                        : std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return {t[t.size() / 2], t.front(), t.back()};
+}
+
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown CPU";
+}
+
+// Bytes read per second by all threads summing a 512 MiB buffer (best of reps).
+double read_bandwidth(int reps) {
+  const size_t bytes = size_t{512} << 20;
+  auto* a = static_cast<int64_t*>(std::aligned_alloc(64, bytes));
+  std::memset(a, 1, bytes);
+  volatile int64_t sink = 0;
+  const Stats st = time_it(reps, [&] {
+    int64_t s = 0;
+#pragma omp parallel for reduction(+ : s)
+    for (size_t i = 0; i < bytes / 8; ++i) s += a[i];
+    sink = sink + s;
+  });
+  std::free(a);
+  return bytes / st.lo;
+}
+
+void check(strata::Status s) {
+  if (s != strata::Status::kOk) {
+    std::fprintf(stderr, "attention failed: %s\n", std::string(strata::status_name(s)).c_str());
+    std::exit(1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t n_seq = 32, ctx = 160, prompt = 128, n_layer = 30, n_head = 9, n_kv = 3, hd = 64;
+  int reps = 15;
+  bool prefill = true;
+  DType kv_dtype = DType::kF16;
+  const int64_t ps = 16;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--seqs") n_seq = std::atoll(next());
+    else if (a == "--ctx") ctx = std::atoll(next());
+    else if (a == "--prompt") prompt = std::atoll(next());
+    else if (a == "--layers") n_layer = std::atoll(next());
+    else if (a == "--heads") n_head = std::atoll(next());
+    else if (a == "--kv-heads") n_kv = std::atoll(next());
+    else if (a == "--head-dim") hd = std::atoll(next());
+    else if (a == "--threads") omp_set_num_threads(std::atoi(next()));
+    else if (a == "--reps") reps = std::max(1, std::atoi(next()));
+    else if (a == "--decode-only") prefill = false;
+    else if (a == "--kv") {
+      const std::string k = next();
+      kv_dtype = k == "f32" ? DType::kF32 : k == "bf16" ? DType::kBF16 : DType::kF16;
+    } else {
+      std::printf(
+          "usage: %s [--seqs N] [--ctx N] [--prompt N] [--layers N] [--heads N] [--kv-heads N] "
+          "[--head-dim N] [--kv f16|bf16|f32] [--threads N] [--reps N] [--decode-only]\n",
+          argv[0]);
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  prompt = std::min(prompt, ctx);
+  const int64_t eb = kv_dtype == DType::kF32 ? 4 : 2;
+  const int64_t page_bytes = ps * n_kv * hd * eb;
+  const int64_t per_seq = (ctx + ps - 1) / ps;
+  const int64_t prompt_pages = (prompt + ps - 1) / ps;
+  const int64_t n_pages = n_seq * per_seq;
+  std::printf("strata attention benchmark  %s  %d threads\n", cpu_name().c_str(),
+              omp_get_max_threads());
+  const double bw = read_bandwidth(10);
+  std::printf("ceiling: read bandwidth %.1f GB/s (512 MiB, best of 10)\n", bw / 1e9);
+
+  // Page ids as the pool hands them out: each prompt's pages in a run, then
+  // the decode pages of all sequences interleaved.
+  std::vector<int32_t> page_ids, page_indptr{0}, kv_len, q_indptr{0};
+  {
+    std::vector<std::vector<int32_t>> seq_pages(static_cast<size_t>(n_seq));
+    int32_t next = 0;
+    for (auto& sp : seq_pages) {
+      for (int64_t p = 0; p < prompt_pages; ++p) sp.push_back(next++);
+    }
+    for (int64_t p = prompt_pages; p < per_seq; ++p) {
+      for (auto& sp : seq_pages) sp.push_back(next++);
+    }
+    for (int64_t s = 0; s < n_seq; ++s) {
+      page_ids.insert(page_ids.end(), seq_pages[static_cast<size_t>(s)].begin(),
+                      seq_pages[static_cast<size_t>(s)].end());
+      page_indptr.push_back(static_cast<int32_t>(page_ids.size()));
+      kv_len.push_back(static_cast<int32_t>(ctx));
+      q_indptr.push_back(static_cast<int32_t>(s + 1));
+    }
+  }
+  // One slab per layer: its K pages, then its V pages.
+  std::vector<char*> slabs;
+  std::vector<std::vector<const void*>> k_ptrs(static_cast<size_t>(n_layer)),
+      v_ptrs(static_cast<size_t>(n_layer));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> val(-1.0f, 1.0f);
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const size_t bytes = static_cast<size_t>(2 * n_pages * page_bytes);
+    char* slab = static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    for (size_t i = 0; i < bytes / static_cast<size_t>(eb); ++i) {
+      const float v = val(rng);
+      if (kv_dtype == DType::kF32) {
+        reinterpret_cast<float*>(slab)[i] = v;
+      } else {
+        reinterpret_cast<uint16_t*>(slab)[i] =
+            kv_dtype == DType::kF16 ? strata::f32_to_f16(v) : strata::f32_to_bf16(v);
+      }
+    }
+    slabs.push_back(slab);
+    for (int64_t p = 0; p < n_pages; ++p) {
+      k_ptrs[static_cast<size_t>(l)].push_back(slab + p * page_bytes);
+      v_ptrs[static_cast<size_t>(l)].push_back(slab + (n_pages + p) * page_bytes);
+    }
+  }
+  auto pages_of = [&](int64_t l) {
+    strata::cpu::KvPages kv;
+    kv.k = k_ptrs[static_cast<size_t>(l)].data();
+    kv.v = v_ptrs[static_cast<size_t>(l)].data();
+    kv.n_pages = n_pages;
+    kv.dtype = kv_dtype;
+    kv.page_size = ps;
+    kv.n_kv_head = n_kv;
+    kv.head_dim = hd;
+    return kv;
+  };
+  strata::cpu::AttentionBatch b;
+  b.n_seq = n_seq;
+  b.q_indptr = q_indptr.data();
+  b.kv_len = kv_len.data();
+  b.page_indptr = page_indptr.data();
+  b.page_ids = page_ids.data();
+  const int64_t row = n_head * hd;
+  std::vector<float> q(static_cast<size_t>(n_seq * row)), out(q.size());
+  std::uniform_real_distribution<float> qd(-1.0f, 1.0f);
+  for (auto& v : q) v = qd(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  const double kv_bytes = 2.0 * n_layer * n_seq * ctx * n_kv * hd * eb;
+  const Stats st = time_it(reps, [&] {
+    for (int64_t l = 0; l < n_layer; ++l) {
+      check(strata::cpu::paged_attention(out.data(), row, q.data(), row, n_head, pages_of(l), b,
+                                         scale));
+    }
+  });
+  std::printf(
+      "decode step: %lld layers x %lld sequences x %lld keys (%lld/%lld heads, head_dim %lld, "
+      "%s KV %.1f MB)\n  %.3f ms (range %.3f-%.3f), %.3f ms/layer, KV read at %.1f GB/s = "
+      "%.0f%% of the read bandwidth\n",
+      static_cast<long long>(n_layer), static_cast<long long>(n_seq),
+      static_cast<long long>(ctx), static_cast<long long>(n_head), static_cast<long long>(n_kv),
+      static_cast<long long>(hd), std::string(strata::dtype_name(kv_dtype)).c_str(),
+      kv_bytes / 1e6, st.median * 1e3, st.lo * 1e3, st.hi * 1e3, st.median * 1e3 / n_layer,
+      kv_bytes / st.median / 1e9, 100.0 * kv_bytes / st.median / bw);
+
+  // Prefill of one layer: every sequence's prompt at once (causal).
+  if (prefill) {
+    std::vector<int32_t> pq{0}, plen;
+    for (int64_t s = 0; s < n_seq; ++s) {
+      pq.push_back(static_cast<int32_t>(pq.back() + prompt));
+      plen.push_back(static_cast<int32_t>(prompt));
+    }
+    strata::cpu::AttentionBatch pb = b;
+    pb.q_indptr = pq.data();
+    pb.kv_len = plen.data();
+    std::vector<float> pq_rows(static_cast<size_t>(n_seq * prompt * row)), po(pq_rows.size());
+    for (auto& v : pq_rows) v = qd(rng);
+    const Stats ps_st = time_it(std::max(3, reps / 3), [&] {
+      check(strata::cpu::paged_attention(po.data(), row, pq_rows.data(), row, n_head, pages_of(0),
+                                         pb, scale));
+    });
+    const double flop = 4.0 * n_head * hd * n_seq * (prompt * (prompt + 1) / 2.0);
+    std::printf("prefill, one layer, %lld sequences x %lld tokens: %.3f ms (range %.3f-%.3f), "
+                "%.1f GFLOP/s\n",
+                static_cast<long long>(n_seq), static_cast<long long>(prompt),
+                ps_st.median * 1e3, ps_st.lo * 1e3, ps_st.hi * 1e3,
+                flop / ps_st.median / 1e9);
+  }
+  for (char* s : slabs) std::free(s);
+  return 0;
+}
