@@ -4,6 +4,8 @@
 // (greedy, EOS ignored). After WARMUP unmeasured runs, REPEATS runs are
 // measured; the report is the median run (by total tokens/s), with every
 // run's throughput and the spread in the JSON ("repeats", "spread").
+// Placement and batch sizes may come from --percent or --policy FILE|auto
+// (cli/offload_flags.h); then the block is the policy's.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/compression_flags.h"
+#include "cli/offload_flags.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -27,16 +31,20 @@ namespace {
 
 struct Options {
   std::string model, report, compute_dtype;
-  int64_t prompt_len = 0, gen_len = 0, batch = 0, num_batches = 1;
+  int64_t prompt_len = 0, gen_len = 0, batch = 0, num_batches = 0;  // 0: not given
   int warmup = 1, repeats = 3, threads = 0;
+  CompressionFlags compression;
+  OffloadFlags offload;
 };
 
 int run(const Options& o) {
   if (o.prompt_len < 1) fail("--prompt-len {} is not allowed; use 1 or more", o.prompt_len);
   if (o.gen_len < 1 || o.gen_len > (1 << 30))
     fail("--gen-len {} is not allowed; use 1 or more", o.gen_len);
-  if (o.batch < 1) fail("--batch {} is not allowed; use 1 or more", o.batch);
-  if (o.num_batches < 1) fail("--num-batches {} is not allowed; use 1 or more", o.num_batches);
+  if (o.batch < 0 || (o.batch == 0 && o.offload.policy.empty())) {
+    fail("--batch {} is not allowed; use 1 or more (or --policy, which sets it)", o.batch);
+  }
+  if (o.num_batches < 0) fail("--num-batches {} is not allowed; use 1 or more", o.num_batches);
   if (o.warmup < 0) fail("--warmup {} is not allowed; use 0 or more", o.warmup);
   if (o.repeats < 1) fail("--repeats {} is not allowed; use 1 or more", o.repeats);
   if (!o.report.empty()) check_writable_file(o.report, "--report");
@@ -52,13 +60,23 @@ int run(const Options& o) {
   EngineOptions eo;
   eo.compute_dtype = choose_compute_dtype(o.compute_dtype, cpu::cpu_features().avx512_bf16);
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
-  eo.gpu_batch_size = o.batch;
-  eo.num_gpu_batches = o.num_batches;
+  eo.gpu_batch_size = o.batch > 0 ? o.batch : 1;
+  eo.num_gpu_batches = o.num_batches > 0 ? o.num_batches : 1;
   eo.threads = o.threads;
+  OffloadFlags offload = o.offload;
+  if (o.batch > 0) offload.gpu_batch_size = o.batch;
+  if (o.num_batches > 0) offload.num_gpu_batches = o.num_batches;
+  eo.offload_dir = offload.offload_dir;
+  o.compression.apply(eo);
+  RunShape shape;
+  shape.max_prompt = o.prompt_len;
+  shape.mean_prompt = static_cast<double>(o.prompt_len);
+  shape.gen = o.gen_len;
+  offload.apply(eo, *model, shape);
   const auto engine = make_engine(*model, eo);
 
   const std::vector<Job> jobs =
-      synthetic_jobs(*tokenizer, model->config().n_vocab, o.batch * o.num_batches, o.prompt_len,
+      synthetic_jobs(*tokenizer, model->config().n_vocab, engine->block_size(), o.prompt_len,
                      static_cast<int32_t>(o.gen_len));
   GenerateOptions gen;
   gen.max_new_tokens = static_cast<int32_t>(o.gen_len);
@@ -75,11 +93,11 @@ int run(const Options& o) {
     const RunSummary s = run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
     RunReport rep;
     rep.model = o.model;
-    rep.policy = {{"gpu_batch_size", eo.gpu_batch_size},
-                  {"num_gpu_batches", eo.num_gpu_batches},
-                  {"block_size", engine->block_size()},
-                  {"compute_dtype", dtype},
-                  {"kv_dtype", std::string(dtype_name(eo.kv_dtype))}};
+    rep.policy = offload.report_policy(eo);
+    rep.policy["compute_dtype"] = dtype;
+    rep.policy["kv_dtype"] = std::string(dtype_name(eo.kv_dtype));
+    rep.policy["weight_dtype"] = CompressionFlags::name(eo.weight_dtype);
+    rep.predicted = offload.predict(*model, static_cast<double>(o.prompt_len), o.gen_len);
     rep.hardware = describe_cpu(eo.threads);
     rep.n_prompts = s.n_prompts;
     rep.n_sequences = s.n_sequences;
@@ -120,6 +138,7 @@ int run(const Options& o) {
                 total_rate(runs[order.front()]), total_rate(runs[order.back()]), runs.size());
   }
   if (!o.report.empty()) report.write_json(o.report);
+  offload.finish();
   return 0;
 }
 
@@ -130,18 +149,22 @@ const Command kBench{
       sub.add_option("--model", o->model, "GGUF file or Hugging Face model directory")->required();
       sub.add_option("--prompt-len", o->prompt_len, "Tokens per prompt")->required();
       sub.add_option("--gen-len", o->gen_len, "Tokens generated per prompt")->required();
-      sub.add_option("--batch", o->batch, "Sequences per batch (and prompts per block)")
-          ->required();
-      sub.add_option("--num-batches", o->num_batches, "Batches per block (prompts = batch x this)")
-          ->capture_default_str();
+      sub.add_option("--batch", o->batch,
+                     "Sequences per batch (and prompts per block); required unless --policy sets "
+                     "it");
+      sub.add_option("--num-batches", o->num_batches,
+                     "Batches per block (prompts = batch x this; default 1, or the policy's)");
       sub.add_option("--warmup", o->warmup, "Unmeasured runs first")->capture_default_str();
       sub.add_option("--repeats", o->repeats, "Measured runs; the median is reported")
           ->capture_default_str();
       sub.add_option("--compute-dtype", o->compute_dtype,
-                     "f32 or bf16 (default: bf16 where the CPU has native bf16, else f32)")
-          ->check(CLI::IsMember({"f32", "bf16"}));
+                     "f32, bf16 or int8 (default: bf16 where the CPU has native bf16, else f32; "
+                     "int8: integer products with quantized weights, CPU only)")
+          ->check(CLI::IsMember({"f32", "bf16", "int8"}));
       sub.add_option("--threads", o->threads, "CPU threads (default: all cores)");
       sub.add_option("--report", o->report, "Also write the report as JSON to this file");
+      o->offload.add(sub, false);  // before compression: it owns --offload-dir
+      o->compression.add(sub);
       return [o]() { return run(*o); };
     }};
 

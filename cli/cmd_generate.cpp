@@ -6,6 +6,7 @@
 // records reach OUTPUT.partial as they finish, and OUTPUT appears only when
 // all are done. Rerunning an interrupted command resumes it. A progress line
 // is drawn on stderr when it is a terminal; the report goes to stdout.
+// Placement, budgets, --policy and --trace: cli/offload_flags.h.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/compression_flags.h"
+#include "cli/offload_flags.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -33,6 +36,8 @@ struct Options {
   int64_t batch_size = 0;
   int threads = 0;
   GenerateOptions gen;
+  CompressionFlags compression;
+  OffloadFlags offload;
 };
 
 int run(const Options& o) {
@@ -56,9 +61,30 @@ int run(const Options& o) {
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   if (o.batch_size > 0) eo.gpu_batch_size = o.batch_size;
   eo.threads = o.threads;
+  OffloadFlags offload = o.offload;
+  if (o.batch_size > 0 && !offload.gpu_batch_size) offload.gpu_batch_size = o.batch_size;
+  eo.offload_dir = offload.offload_dir;
+  o.compression.apply(eo);
+  // The placement plans for the longest prompt and generation of the file.
+  RunShape shape;
+  int64_t n_to_run = 0, prompt_sum = 0;
+  for (const Job& j : jobs) {
+    if (!j.skipped.empty()) continue;
+    ++n_to_run;
+    prompt_sum += static_cast<int64_t>(j.tokens.size());
+    shape.max_prompt = std::max<int64_t>(shape.max_prompt, static_cast<int64_t>(j.tokens.size()));
+    shape.gen = std::max<int64_t>(shape.gen, j.max_new_tokens);
+  }
+  shape.mean_prompt = n_to_run > 0 ? static_cast<double>(prompt_sum) / n_to_run : 0;
+  shape.max_block = std::max<int64_t>(1, n_to_run);
+  offload.apply(eo, *model, shape);
   const std::string dtype(dtype_name(eo.compute_dtype));
+  // Compression changes the completions: a resumed run must use the same.
+  std::string numerics = dtype;
+  if (is_quantized(eo.kv_dtype)) numerics += fmt::format(" kv {}", dtype_name(eo.kv_dtype));
+  if (eo.weight_dtype) numerics += fmt::format(" weights {}", dtype_name(*eo.weight_dtype));
   OutputFile out(o.output, {o.prompts, prompts.content_hash,
-                            settings_hash(gen, model_identity(*model), dtype), jobs.size()});
+                            settings_hash(gen, model_identity(*model), numerics), jobs.size()});
   spdlog::info("{} prompts from {}, {} to run", jobs.size(), o.prompts, jobs.size() - out.n_done());
 
   const auto engine = make_engine(*model, eo);
@@ -66,11 +92,11 @@ int run(const Options& o) {
 
   RunReport report;
   report.model = o.model;
-  report.policy = {{"gpu_batch_size", eo.gpu_batch_size},
-                   {"num_gpu_batches", eo.num_gpu_batches},
-                   {"block_size", engine->block_size()},
-                   {"compute_dtype", dtype},
-                   {"kv_dtype", std::string(dtype_name(eo.kv_dtype))}};
+  report.policy = offload.report_policy(eo);
+  report.policy["compute_dtype"] = dtype;
+  report.policy["kv_dtype"] = std::string(dtype_name(eo.kv_dtype));
+  report.policy["weight_dtype"] = CompressionFlags::name(eo.weight_dtype);
+  report.predicted = offload.predict(*model, shape.mean_prompt, shape.gen);
   report.hardware = describe_cpu(eo.threads);
   report.n_prompts = summary.n_prompts;
   report.n_prompts_resumed = static_cast<int64_t>(out.n_resumed());
@@ -79,6 +105,7 @@ int run(const Options& o) {
   report.engine = engine->stats();
   report.print(stdout);
   if (!o.report.empty()) report.write_json(o.report);
+  offload.finish();
   spdlog::info("wrote {}", o.output);
   return 0;
 }
@@ -96,7 +123,8 @@ const Command kGenerate{
                      "Output JSONL (one record per prompt, input order); an interrupted run "
                      "leaves OUTPUT.partial and the same command resumes it")
           ->required();
-      sub.add_option("--batch-size", o->batch_size, "Sequences per batch (default: the engine's)");
+      sub.add_option("--batch-size", o->batch_size,
+                     "Sequences per batch (default: the engine's; the same as --gpu-batch-size)");
       sub.add_option("--max-new-tokens", o->gen.max_new_tokens,
                      "Tokens to generate per prompt at most")
           ->capture_default_str();
@@ -119,10 +147,13 @@ const Command kGenerate{
       sub.add_flag("--skip-long", o->gen.skip_long,
                    "Skip prompts longer than the context with a warning instead of failing");
       sub.add_option("--compute-dtype", o->compute_dtype,
-                     "f32 or bf16 (default: bf16 where the CPU has native bf16, else f32)")
-          ->check(CLI::IsMember({"f32", "bf16"}));
+                     "f32, bf16 or int8 (default: bf16 where the CPU has native bf16, else f32; "
+                     "int8: integer products with quantized weights, CPU only)")
+          ->check(CLI::IsMember({"f32", "bf16", "int8"}));
       sub.add_option("--threads", o->threads, "CPU threads (default: all cores)");
       sub.add_option("--report", o->report, "Also write the run report as JSON to this file");
+      o->offload.add(sub, true);  // before compression: it owns --offload-dir
+      o->compression.add(sub);
       return [o]() { return run(*o); };
     }};
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/offload_flags.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "model/model.h"
@@ -45,39 +46,10 @@ struct PolicyArgs {
   bool json = false;
 };
 
-// The shape of a loaded model: its config's hyper-parameters, with the
-// weights' bytes per element as stored (all tensors over all elements).
-ModelShape shape_from_model(const Model& model) {
-  const ModelDesc& d = model.desc();
-  const ModelConfig& c = d.config;
-  ModelShape s;
-  s.name = d.path;
-  s.source = d.path;
-  s.n_layer = c.n_layer;
-  s.hidden = c.n_embd;
-  s.n_head = c.n_head;
-  s.n_kv_head = c.n_kv_head > 0 ? c.n_kv_head : c.n_head;
-  s.head_dim = c.head_dim > 0 ? c.head_dim : (c.n_head > 0 ? c.n_embd / c.n_head : 0);
-  s.n_ff = c.n_ff;
-  s.vocab = c.n_vocab;
-  s.max_context = c.n_ctx;
-  s.gated_ffn = c.gated_ffn;
-  s.tied_embeddings = c.tie_embeddings;
-  s.weight_dtype = c.source_dtype;
-  double bytes = 0, elems = 0;
-  for (const TensorInfo& t : d.tensors) {
-    bytes += static_cast<double>(t.nbytes);
-    elems += static_cast<double>(t.n_elems());
-  }
-  s.weight_bytes = elems > 0 ? bytes / elems : 2.0;
-  validate_model_shape(s, d.path);
-  return s;
-}
-
 ModelShape resolve_model(const std::string& arg) {
   const bool yaml = arg.size() > 5 && (arg.ends_with(".yaml") || arg.ends_with(".yml"));
   if (yaml) return load_model_shape(arg);
-  if (looks_like_path(arg)) return shape_from_model(*Model::open(arg));
+  if (looks_like_path(arg)) return model_shape_of(*Model::open(arg));
   return find_model_preset(arg);
 }
 

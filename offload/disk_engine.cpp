@@ -485,7 +485,8 @@ class UringQueue final : public Queue {
     if (c.bounce) return slot;
     for (size_t k = 0; k < opt_.fixed_buffers.size(); ++k) {
       const auto& f = opt_.fixed_buffers[k];
-      if (addr >= f.data() && n <= static_cast<size_t>(f.data() + f.size() - addr)) {
+      if (addr >= f.data() && addr < f.data() + f.size() &&
+          n <= static_cast<size_t>(f.data() + f.size() - addr)) {
         return static_cast<int>(bounce_.size() + k);
       }
     }

@@ -1,9 +1,11 @@
 // make_engine: the Engine (src/generate/engine.h) that runs blocks of
 // sequences through the forward pass with the paged KV cache, in the order
-// of the zig-zag block schedule (offload/schedule.h). Today every tensor is
-// resident: the compute device is the CPU, weights are read in place from
-// the model's mapping and the KV cache lives in RAM, so the schedule's
-// loads and stores are empty and running it is the plain zig-zag loop.
+// of the zig-zag block schedule (offload/schedule.h), with weights, KV
+// pages and activations where EngineOptions' placement puts them: in RAM
+// (used in place) or on disk in the offload directory (streamed, overlapped
+// with compute). The compute device is the CPU; the engine itself is
+// offload/offload_engine.h. With everything in RAM the schedule's loads and
+// stores are empty and running it is the plain zig-zag loop.
 #pragma once
 
 #include <memory>
@@ -16,8 +18,14 @@ class Model;
 
 // The engine for `model` (which must outlive it). Throws Error for options
 // it cannot run (compute dtype other than f32/bf16, kv dtype other than
-// f32/f16/bf16, non-positive batch sizes or page size) and for models whose
-// shape the forward cannot run.
+// f32/f16/bf16 or a q4/q8 format whose group divides head_dim, weight
+// compression without an offload directory, non-positive batch sizes or page
+// size) and for models whose shape the forward cannot run. With
+// options.weight_dtype the matrices come from the requantized weight pack in
+// options.offload_dir (offload/pack_weights.h), built there when missing;
+// so is the pack of a placement that puts weights on disk. Budgets too
+// small for the placement (and, with plan_prompt_tokens / plan_new_tokens,
+// for a full block) are an Error here, before any work.
 std::unique_ptr<Engine> make_engine(const Model& model, const EngineOptions& options);
 
 // The KV dtype that goes with a compute dtype: f32 for f32 compute; f16 for
@@ -31,5 +39,9 @@ DType default_kv_dtype(DType compute_dtype);
 // RAM available now (MemAvailable), at least 256 MiB. Storage is taken from
 // it only as sequences grow.
 uint64_t default_kv_budget_bytes();
+
+// RAM available now (MemAvailable of /proc/meminfo), 0 when unknown: the
+// default budget of the cpu tier.
+uint64_t available_ram_bytes();
 
 }  // namespace strata

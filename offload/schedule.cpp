@@ -1,5 +1,7 @@
 #include "offload/schedule.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -38,6 +40,58 @@ std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& s) {
   return out;
 }
 
+std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& s, const TransferPlan& plan) {
+  std::vector<ScheduleStep> out = make_block_schedule(s);
+  const int64_t n_col = s.n_columns();
+  if (!plan.weights_off.empty() && static_cast<int64_t>(plan.weights_off.size()) != n_col) {
+    fail("transfer plan names weights of {} columns; the schedule has {}", plan.weights_off.size(),
+         n_col);
+  }
+  auto index = [&](int64_t i, int64_t j, int64_t k) {
+    return static_cast<size_t>((i * n_col + j) * s.n_micro_batches + k);
+  };
+  auto transfer = [](Transfer::What what, int64_t i, int64_t j, int64_t k) {
+    return Transfer{what, static_cast<int32_t>(j), static_cast<int32_t>(k),
+                    static_cast<int32_t>(i)};
+  };
+  const bool any_weights =
+      std::find(plan.weights_off.begin(), plan.weights_off.end(), true) != plan.weights_off.end();
+  for (int64_t i = 0; i < s.n_steps; ++i) {
+    for (int64_t j = 0; j < n_col; ++j) {
+      // Weights of column j, once per step, by the first micro-batch of the
+      // column before it.
+      if (any_weights && plan.weights_off[static_cast<size_t>(j)]) {
+        size_t at = index(i, j, 0);
+        if (j > 0) {
+          at = index(i, j - 1, 0);
+        } else if (i > 0) {
+          at = index(i - 1, n_col - 1, 0);
+        }
+        out[at].loads.push_back(transfer(Transfer::What::kWeights, i, j, 0));
+      }
+      for (int64_t k = 0; k < s.n_micro_batches; ++k) {
+        const size_t here = index(i, j, k);
+        const bool layer = j >= 1 && j <= s.n_layer;
+        // here > 0 for every layer step: the embed column comes first.
+        if (plan.kv_off && layer && i >= 1) {
+          out[here - 1].loads.push_back(transfer(Transfer::What::kKv, i, j, k));
+        }
+        if (plan.act_off && j >= 1) {
+          out[here - 1].loads.push_back(transfer(Transfer::What::kActivations, i, j, k));
+        }
+        // here + 1 exists for every layer and embed step: the head comes last.
+        if (plan.kv_off && layer) {
+          out[here + 1].stores.push_back(transfer(Transfer::What::kKv, i, j, k));
+        }
+        if (plan.act_off && j < n_col - 1) {
+          out[here + 1].stores.push_back(transfer(Transfer::What::kActivations, i, j, k));
+        }
+      }
+    }
+  }
+  return out;
+}
+
 namespace {
 
 const char* transfer_name(Transfer::What w) {
@@ -61,12 +115,14 @@ std::string format_schedule(const std::vector<ScheduleStep>& steps) {
                              : st.kind == StageKind::kHead ? "head"
                                                            : fmt::format("layer {}", st.layer);
     out += fmt::format("i={} j={} ({}) k={}", st.step, st.column, what, st.micro_batch);
-    for (const Transfer& t : st.loads) {
-      out += fmt::format(" load({} j={} k={})", transfer_name(t.what), t.column, t.micro_batch);
-    }
-    for (const Transfer& t : st.stores) {
-      out += fmt::format(" store({} j={} k={})", transfer_name(t.what), t.column, t.micro_batch);
-    }
+    auto text = [&](const char* verb, const Transfer& t) {
+      const std::string step =
+          t.step >= 0 && t.step != st.step ? fmt::format("i={} ", t.step) : std::string();
+      return fmt::format(" {}({} {}j={} k={})", verb, transfer_name(t.what), step, t.column,
+                         t.micro_batch);
+    };
+    for (const Transfer& t : st.loads) out += text("load", t);
+    for (const Transfer& t : st.stores) out += text("store", t);
     out += '\n';
   }
   return out;

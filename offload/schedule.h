@@ -6,10 +6,28 @@
 // compute(i, j, k). A column visits every micro-batch before the next column
 // starts, so a column's weights serve the whole block once per step.
 //
-// Each step has room for the transfers that overlap its compute (loads of
-// the next column's weights and the next micro-batch's KV and activations,
-// stores of the previous micro-batch's): this generator leaves them empty;
-// the offload work fills them from the placement policy.
+// Each step carries the transfers that overlap its compute, derived from a
+// TransferPlan (which data lives off the compute device): its loads are
+// issued before it computes and serve a later step; its stores are issued
+// before it computes and save what an earlier step produced:
+//   - weights of column j (when some of them are off the device): loaded
+//     once per generation step, by the first micro-batch of column j-1 (of
+//     column n_columns-1 of the previous step for j = 0; the very first
+//     column by step (0, 0, 0) itself, which has nothing to overlap with).
+//     With double buffers, column j's buffer is column j-2's, and column
+//     j-1 starts after column j-2 has finished with it;
+//   - KV of layer step (i, j, k) with i >= 1 (decode; a prefill reads no
+//     earlier KV): loaded by the compute step just before it, (j, k-1) or
+//     the last micro-batch of column j-1; the KV a layer step writes is
+//     stored by the compute step just after it, (j, k+1) or the first
+//     micro-batch of column j+1;
+//   - activations (the hidden state of micro-batch k between columns) when
+//     they live off the device: stored after the column that produced them
+//     (embed and layers) like KV, and loaded before the next column
+//     computes on them, also by the step just before.
+// Nothing is loaded twice within a column of one step. The executor
+// decides at run time which bytes a transfer moves (a micro-batch whose
+// pages are all in RAM moves none).
 #pragma once
 
 #include <cstdint>
@@ -25,12 +43,13 @@ enum class StageKind : uint8_t {
   kHead,   // final norm + lm_head for the rows whose logits are wanted
 };
 
-// A data movement attached to a step (filled by the offload work).
+// A data movement attached to a step.
 struct Transfer {
   enum class What : uint8_t { kWeights, kKv, kActivations };
   What what = What::kWeights;
   int32_t column = 0;       // whose weights / KV / activations
   int32_t micro_batch = 0;  // KV and activations only
+  int32_t step = -1;        // generation step of the data; -1: the step it is attached to
 };
 
 struct ScheduleStep {
@@ -51,11 +70,25 @@ struct ScheduleShape {
   int64_t n_compute() const { return n_steps * n_columns() * n_micro_batches; }
 };
 
-// Steps in schedule order: index ((i * n_columns) + j) * n_micro_batches + k.
-// Throws Error for a shape with a non-positive count.
-std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& shape);
+// Which data the placement keeps off the compute device (on the CPU device:
+// on disk), so that it must be loaded before use and stored after it.
+struct TransferPlan {
+  std::vector<bool> weights_off;  // [n_columns] or empty (nothing); column j has weights off
+  bool kv_off = false;            // some KV pages live off the device
+  bool act_off = false;           // activations live off the device between columns
+};
 
-// One line per step, "i=0 j=3 (layer 2) k=1", for dry runs and tests.
+// Steps in schedule order: index ((i * n_columns) + j) * n_micro_batches + k,
+// with no transfers. Throws Error for a shape with a non-positive count.
+std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& shape);
+// The same steps with the transfers of `plan` attached (rules above).
+// Throws Error when plan.weights_off is neither empty nor n_columns long.
+std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& shape,
+                                              const TransferPlan& plan);
+
+// One line per step, "i=0 j=3 (layer 2) k=1", then its transfers
+// ("load(weights j=4 k=0)", "store(kv j=2 k=0)", with " i=N" before j when
+// the data belongs to another generation step), for dry runs and tests.
 std::string format_schedule(const std::vector<ScheduleStep>& steps);
 
 }  // namespace strata

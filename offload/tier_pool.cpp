@@ -10,19 +10,6 @@
 
 namespace strata {
 
-std::string_view tier_name(Tier t) {
-  switch (t) {
-    case Tier::kGpu:
-      return "gpu";
-    case Tier::kCpu:
-      return "cpu";
-    case Tier::kDisk:
-      return "disk";
-  }
-  STRATA_ASSERT_MSG(false, "bad tier {}", static_cast<int>(t));
-  return {};
-}
-
 std::string_view tier_budget_flag(Tier t) {
   switch (t) {
     case Tier::kGpu:

@@ -21,13 +21,12 @@
 #include <string>
 #include <string_view>
 
+#include "core/tier.h"
 #include "offload/aligned_buffer.h"
 
 namespace strata {
 
-enum class Tier : uint8_t { kGpu, kCpu, kDisk };
-
-std::string_view tier_name(Tier t);         // "gpu", "cpu", "disk"
+// Tier and tier_name ("gpu", "cpu", "disk"): core/tier.h.
 std::string_view tier_budget_flag(Tier t);  // "--gpu-mem", "--cpu-mem", "--disk-mem"
 
 // Where a pool's memory comes from. allocate returns nullptr when the memory

@@ -32,18 +32,6 @@ Budgets budgets_of(const HardwareProfile& hw) {
   return {hw.gpu_mem, hw.cpu_mem, hw.disk_mem};
 }
 
-std::string_view tier_name(Tier t) {
-  switch (t) {
-    case Tier::kGpu:
-      return "gpu";
-    case Tier::kCpu:
-      return "cpu";
-    case Tier::kDisk:
-      return "disk";
-  }
-  return "?";
-}
-
 std::string_view phase_name(Phase p) {
   return p == Phase::kPrefill ? "prefill" : "decode";
 }

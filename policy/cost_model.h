@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/tier.h"
 #include "policy/hardware.h"
 #include "policy/model_shape.h"
 #include "policy/policy.h"
@@ -57,9 +58,7 @@ struct Budgets {
 };
 Budgets budgets_of(const HardwareProfile& hw);
 
-enum class Tier { kGpu, kCpu, kDisk };
-inline constexpr int kNumTiers = 3;
-std::string_view tier_name(Tier t);  // "gpu", "cpu", "disk"
+inline constexpr int kNumTiers = 3;  // Tier and tier_name: core/tier.h
 
 enum class Phase { kPrefill, kDecode };
 inline constexpr int kNumPhases = 2;

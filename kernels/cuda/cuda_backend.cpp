@@ -305,9 +305,24 @@ void CudaBackend::gather_rows(float* y, int64_t y_stride, const float* x, int64_
            "gather_rows", fmt::format("rows={} d={}", n_rows, d));
 }
 
+namespace {
+
+// Quantized KV pages (--compress-kv) are stored and read by the CPU kernels
+// only (kernels/cpu/attention_quant.h); the GPU refuses them up front.
+void refuse_quantized_kv(const KvLayer& kv, const char* op) {
+  if (!is_quantized(kv.dtype)) return;
+  fail(
+      "cuda backend: {} over a KV cache stored as {} is not supported on the GPU; keep the KV "
+      "cache in f16 (no --compress-kv) or let the CPU hold it and run attention",
+      op, dtype_name(kv.dtype));
+}
+
+}  // namespace
+
 void CudaBackend::kv_append(const KvLayer& kv, const float* k, int64_t k_stride, const float* v,
                             int64_t v_stride, const int64_t* slots, int64_t n_tokens,
                             const int32_t* touched, const int32_t* n_filled, int64_t n_touched) {
+  refuse_quantized_kv(kv, "kv_append");
   const auto sizes = [&] {
     return fmt::format("tokens={} pages={} kv_heads={} head_dim={} {}", n_tokens, kv.n_pages,
                        kv.n_kv_head, kv.head_dim, dtype_name(kv.dtype));
@@ -326,6 +341,7 @@ void CudaBackend::kv_append(const KvLayer& kv, const float* k, int64_t k_stride,
 void CudaBackend::attention(float* out, int64_t out_stride, const float* q, int64_t q_stride,
                             int64_t n_head, const KvLayer& kv, const AttentionSeqs& seqs,
                             float scale) {
+  refuse_quantized_kv(kv, "attention");
   const cuda::AttentionPlan plan =
       cuda::plan_attention(seqs.n_seq, n_head, kv.n_kv_head, kv.head_dim, n_sm_);
   reserve(partials_, plan.partial_bytes);

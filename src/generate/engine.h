@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +19,8 @@
 #include "model/config.h"
 
 namespace strata {
+
+class Trace;  // offload/trace.h
 
 // What the caller decides for one sequence after a step.
 struct SeqAction {
@@ -52,13 +56,38 @@ struct EngineStats {
 };
 
 struct EngineOptions {
-  DType compute_dtype = DType::kF32;  // f32 or bf16 (matmul inputs; accumulation is f32)
-  DType kv_dtype = DType::kF32;       // storage of the KV cache
+  DType compute_dtype = DType::kF32;  // f32, bf16 or i8 (int8 products with quantized
+                                      // weights, CPU; kernels/cpu/matmul_int8.h)
+  DType kv_dtype = DType::kF32;       // storage of the KV cache: f32, f16, bf16 or a q4/q8
+                                      // format quantized per token along head_dim
   int64_t gpu_batch_size = 8;         // sequences per micro-batch
   int64_t num_gpu_batches = 1;        // micro-batches per block
   int64_t page_size = 16;             // tokens per KV page
   int threads = 0;                    // 0: all cores
   uint64_t kv_budget_bytes = 0;       // KV cache byte budget; 0: half of the RAM available at start
+  // Weight matrices requantized into this q4/q8 format, read from a weight
+  // pack in offload_dir (built there, or reused when current), so disk and
+  // RAM hold the small form; nullopt: as the model stores them.
+  std::optional<DType> weight_dtype;
+  std::string offload_dir;  // directory of weight packs (and of data on the disk tier)
+
+  // Placement (offload/placement.h): the fractions of weights, KV cache and
+  // activations on the gpu and cpu tiers; disk holds the rest. On a device
+  // that computes on host RAM (the CPU) gpu and cpu are the same RAM.
+  double w_gpu = 0, w_cpu = 1;
+  double kv_gpu = 0, kv_cpu = 1;
+  double act_gpu = 0, act_cpu = 1;
+  bool cpu_attention = false;  // decode attention over CPU-held KV on the CPU (a GPU device)
+  // Byte budgets of the tiers (--gpu-mem, --cpu-mem, --disk-mem); 0: the
+  // default (cpu: the RAM available at start; disk: the free space in
+  // offload_dir). On the CPU device the RAM budget is gpu_mem + cpu_mem.
+  uint64_t gpu_mem = 0, cpu_mem = 0, disk_mem = 0;
+  // The largest block the run will hand over (prompt tokens and new tokens
+  // per sequence, at most); when set, every tier's budget is checked for a
+  // full block of them when the engine is made, before any work.
+  int64_t plan_prompt_tokens = 0, plan_new_tokens = 0;
+  // Records a span per compute step, load and store when set.
+  std::shared_ptr<Trace> trace;
 };
 
 class Engine {

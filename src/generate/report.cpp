@@ -78,6 +78,16 @@ nlohmann::ordered_json RunReport::to_json() const {
     p["prefill_tokens_per_s"] = predicted->prefill_tokens_per_s;
     p["decode_tokens_per_s"] = predicted->decode_tokens_per_s;
     p["total_tokens_per_s"] = predicted->total_tokens_per_s;
+    if (!predicted->bound.empty()) p["bound"] = predicted->bound;
+    if (predicted->prefill_s > 0 || predicted->decode_s > 0) {
+      p["block_prefill_s"] = predicted->prefill_s;
+      p["block_decode_s"] = predicted->decode_s;
+    }
+    if (!predicted->decode_layer_terms.empty()) {
+      p["prefill_layer_terms_s"] = predicted->prefill_layer_terms;
+      p["decode_layer_terms_s"] = predicted->decode_layer_terms;
+    }
+    if (!predicted->workload.is_null()) p["workload"] = predicted->workload;
     j["predicted"] = p;
   }
   if (extra.is_object()) {
@@ -127,6 +137,7 @@ void RunReport::print(std::FILE* out) const {
     row("predicted prefill", fmt::format("{:.1f} tok/s", predicted->prefill_tokens_per_s));
     row("predicted decode", fmt::format("{:.1f} tok/s", predicted->decode_tokens_per_s));
     row("predicted total", fmt::format("{:.1f} tok/s", predicted->total_tokens_per_s));
+    if (!predicted->bound.empty()) row("predicted bound", predicted->bound);
   }
   std::fflush(out);
 }

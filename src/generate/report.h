@@ -25,11 +25,18 @@
 
 namespace strata {
 
-// The cost model's prediction for the same run, when a policy was planned.
+// The cost model's prediction for the same run, when a policy was planned:
+// the throughputs, and what the model says about one block (seconds of
+// prefill and decode, the binding term, the seconds of each term of one
+// layer step) for the workload it was given.
 struct PredictedThroughput {
   double prefill_tokens_per_s = 0;
   double decode_tokens_per_s = 0;
   double total_tokens_per_s = 0;
+  std::string bound;              // "decode: disk->cpu"
+  double prefill_s = 0, decode_s = 0;  // one block
+  std::map<std::string, double> prefill_layer_terms, decode_layer_terms;
+  nlohmann::ordered_json workload;  // prompt_len, gen_len, block_size, hardware
 };
 
 struct RunReport {

@@ -40,7 +40,8 @@ std::vector<float> to_f32(const Model& model, const TensorInfo& t) {
 
 }  // namespace
 
-ResidentWeights::ResidentWeights(const Model& model, Backend& backend) {
+ResidentWeights::ResidentWeights(const Model& model, Backend& backend,
+                                 const MatrixSource& source) {
   const ModelDesc& d = model.desc();
   const ModelConfig& c = d.config;
   if (!backend.memory_is_host()) {
@@ -58,6 +59,18 @@ ResidentWeights::ResidentWeights(const Model& model, Backend& backend) {
     if (!row_elems_ok(t.dtype, t.shape[1])) {
       fail("{}: tensor {} rows of {} elements are not whole {} blocks", d.path, name, t.shape[1],
            dtype_name(t.dtype));
+    }
+    if (source) {
+      if (const std::optional<MatrixView> v = source(t)) {
+        if (v->data == nullptr || v->rows != t.shape[0] || v->cols != t.shape[1] ||
+            !row_elems_ok(v->dtype, v->cols) || v->row_bytes < row_bytes(v->dtype, v->cols)) {
+          fail("{}: the stored copy of tensor {} is [{}, {}] {}, not the model's [{}, {}]; "
+               "rebuild it",
+               d.path, name, v->rows, v->cols, dtype_name(v->dtype), t.shape[0], t.shape[1]);
+        }
+        matrix_bytes_ += v->row_bytes * static_cast<uint64_t>(v->rows);
+        return *v;
+      }
     }
     const std::span<const std::byte> b = model.bytes(t);
     MatrixView m;

@@ -7,10 +7,14 @@
 //
 // ResidentWeights fills them for a model whose tensors are all used in
 // place from its mapping (the compute device's memory is host memory): only
-// the small vectors are copied, converted to f32 into one device buffer.
+// the small vectors are copied, converted to f32 into one device buffer. A
+// MatrixSource may point the matrices elsewhere in host memory instead (a
+// weight pack's mapping, possibly requantized: offload/pack_weights.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -47,17 +51,25 @@ struct GlobalWeights {
   MatrixView output;                     // [n_vocab, n_embd]; token_embd when tied
 };
 
+struct TensorInfo;
+
+// The view of a matrix tensor of the model held somewhere other than the
+// model's mapping, or nullopt to read it in place from the model. The view
+// must have the tensor's shape; its dtype may differ (requantized).
+using MatrixSource = std::function<std::optional<MatrixView>(const TensorInfo& t)>;
+
 class ResidentWeights {
  public:
   // Throws Error when the backend's memory is not host memory (the model's
-  // mapping cannot then be used in place) or a tensor's dtype cannot serve
-  // as a small f32 vector.
-  ResidentWeights(const Model& model, Backend& backend);
+  // mapping cannot then be used in place), a tensor's dtype cannot serve
+  // as a small f32 vector, or `source` gives a view of another shape.
+  ResidentWeights(const Model& model, Backend& backend, const MatrixSource& source = {});
 
   const GlobalWeights& global() const { return global_; }
   const LayerWeights& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
   int64_t n_layer() const { return static_cast<int64_t>(layers_.size()); }
-  // Bytes of the matrices read in place, and of the converted small vectors.
+  // Bytes of the matrices read in place (from the model or the source), and
+  // of the converted small vectors.
   uint64_t matrix_bytes() const { return matrix_bytes_; }
   uint64_t vector_bytes() const { return vectors_.size(); }
 

@@ -1,0 +1,86 @@
+// The executor's walk over a block schedule (executor.h).
+#include "offload/executor.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "kernels/backend.h"
+#include "offload/trace.h"
+
+namespace strata {
+
+std::string step_name(const ScheduleStep& s) {
+  switch (s.kind) {
+    case StageKind::kEmbed:
+      return fmt::format("embed k={}", s.micro_batch);
+    case StageKind::kHead:
+      return fmt::format("head k={}", s.micro_batch);
+    case StageKind::kLayer:
+      break;
+  }
+  return fmt::format("layer {} k={}", s.layer, s.micro_batch);
+}
+
+Executor::Executor(Backend& backend, DiskEngine* disk, std::shared_ptr<Trace> trace)
+    : backend_(backend),
+      trace_(std::move(trace)),
+      mover_(backend, disk),
+      loads_("load", trace_.get()),
+      stores_("store", trace_.get()) {}
+
+Executor::~Executor() = default;  // the queues finish what is in flight
+
+void Executor::run(const std::vector<ScheduleStep>& steps, const ExecutorHooks& hooks) {
+  using Clock = std::chrono::steady_clock;
+  int32_t step = -1;
+  for (size_t idx = 0; idx < steps.size(); ++idx) {
+    const ScheduleStep& s = steps[idx];
+    if (s.step != step) {
+      step = s.step;
+      if (!hooks.begin_step(step)) break;
+    }
+    for (const Transfer& t : s.stores) hooks.store(s, t);
+    for (const Transfer& t : s.loads) hooks.load(s, t);
+    hooks.prepare(s);
+    const Clock::time_point t0 = Clock::now();
+    hooks.compute(s);
+    // Ops queued on a device finish here, so the span is the compute's.
+    backend_.synchronize();
+    const Clock::time_point t1 = Clock::now();
+    const double dt = std::chrono::duration<double>(t1 - t0).count();
+    compute_busy_s_ += dt;
+    if (trace_) {
+      trace_->add({step_name(s), "compute", "compute", trace_->us_since_origin(t0), dt * 1e6, 0,
+                   s.step});
+    }
+    if (idx + 1 == steps.size() || steps[idx + 1].step != s.step) hooks.end_step(s.step);
+  }
+}
+
+void Executor::drain() {
+  // Both queues finish even when one failed; the first failure is rethrown.
+  std::exception_ptr failure;
+  for (TransferQueue* q : {&loads_, &stores_}) {
+    try {
+      q->drain();
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+void Executor::add_stats(EngineStats& s) const {
+  s.queue_busy_s["compute"] += compute_busy_s_;
+  for (const TransferQueue* q : {&loads_, &stores_}) {
+    for (const auto& [name, l] : q->links()) {
+      EngineStats::Link& d = s.links[name];
+      d.bytes += l.bytes;
+      d.busy_s += l.busy_s;
+    }
+    if (q->last() > 0) s.queue_busy_s[q->name()] += q->busy_s();
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,938 @@
+// The offload engine (offload_engine.h): placement, budgets, and the block
+// run as hooks of the executor.
+#include "offload/offload_engine.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/units.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/forward.h"
+#include "model/layer_weights.h"
+#include "model/model.h"
+#include "offload/aligned_buffer.h"
+#include "offload/disk_engine.h"
+#include "offload/engine.h"
+#include "offload/executor.h"
+#include "offload/kv_store.h"
+#include "offload/measure.h"
+#include "offload/pack_build.h"
+#include "offload/pack_weights.h"
+#include "offload/placement.h"
+#include "offload/schedule.h"
+#include "offload/tier_pool.h"
+#include "offload/trace.h"
+#include "offload/weight_store.h"
+
+namespace strata {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string mb(uint64_t bytes) {
+  return format_bytes(static_cast<double>(bytes));
+}
+
+KvGeometry kv_geometry(const ModelConfig& c, const EngineOptions& o) {
+  KvGeometry g;
+  g.n_layer = c.n_layer;
+  g.n_kv_head = c.n_kv_head;
+  g.head_dim = c.head_dim;
+  g.dtype = o.kv_dtype;
+  g.page_size = o.page_size;
+  return g;
+}
+
+PlacementFractions fractions_of(const EngineOptions& o) {
+  PlacementFractions f;
+  f.w_gpu = o.w_gpu;
+  f.w_cpu = o.w_cpu;
+  f.kv_gpu = o.kv_gpu;
+  f.kv_cpu = o.kv_cpu;
+  f.act_gpu = o.act_gpu;
+  f.act_cpu = o.act_cpu;
+  return f;
+}
+
+// Tokens the forward computes at once: a micro-batch's sequences are cut
+// into groups of at most this many tokens (a longer prompt is a group of its
+// own), which bounds the forward's scratch; matmuls are as efficient at this
+// height as at any larger one.
+constexpr int64_t kMaxGroupTokens = 4096;
+
+// The largest group the cut above makes of sequences with these new-token
+// counts.
+int64_t largest_group(const std::vector<int64_t>& n_new) {
+  int64_t best = 0, cur = 0;
+  bool open = false;
+  for (int64_t n : n_new) {
+    if (!open || cur + n > kMaxGroupTokens) {
+      cur = 0;
+      open = true;
+    }
+    cur += n;
+    best = std::max(best, cur);
+  }
+  return best;
+}
+
+// Scratch the forward holds for micro-batches of up to t tokens
+// (Forward::reserve).
+uint64_t forward_scratch_bytes(const ModelConfig& c, int64_t t) {
+  const int64_t q = c.n_head * c.head_dim, kv = c.n_kv_head * c.head_dim;
+  const int64_t per_token = 2 * c.n_embd + (q + 2 * kv) + q + 2 * c.n_ff;
+  return static_cast<uint64_t>(t * per_token + 5 * 16) * sizeof(float);
+}
+
+// RAM a block needs beyond the weights, by what it is for.
+struct BlockMemory {
+  KvStore::Needs kv;
+  uint64_t kv_pages = 0;     // backed pages
+  uint64_t kv_staging = 0;   // both staging buffers
+  uint64_t hidden = 0;       // activations of every micro-batch
+  uint64_t scratch = 0;      // the forward's working memory
+  uint64_t logits = 0;
+  uint64_t kv_disk = 0;      // bytes of the KV file
+  int64_t group_tokens = 0;  // largest group
+  std::vector<int64_t> hidden_tokens;  // [n_mb] tokens of each micro-batch's largest step
+  uint64_t ram() const { return kv_pages + kv_staging + hidden + scratch + logits; }
+};
+
+class OffloadEngine final : public Engine {
+ public:
+  OffloadEngine(const Model& model, const EngineOptions& options);
+  ~OffloadEngine() override;
+
+  const ModelConfig& config() const override { return model_.config(); }
+  int64_t block_size() const override { return opt_.gpu_batch_size * opt_.num_gpu_batches; }
+  void run_block(std::span<const SeqInput> seqs, const StepFn& on_step) override {
+    run(seqs, on_step, false);
+  }
+  std::vector<float> score(std::span<const int32_t> tokens) override;
+  EngineStats stats() const override;
+
+ private:
+  struct Group {
+    MicroBatchHost host;
+    MicroBatch dev;
+    DeviceBuffer meta;   // device copy of `host` (unused when memory is host memory)
+    int64_t token0 = 0;  // its first row in the micro-batch's hidden
+    int64_t row0 = 0;    // its first row in the step's logits
+  };
+  // The staged KV of one micro-batch in a generation step: the unbacked
+  // pages of its sequences, each with a record in a staging buffer (those not
+  // fresh are loaded from disk for each layer; fresh ones are written by the
+  // layer and stored), and the backed disk pages completed in this step
+  // (stored from RAM after each layer).
+  struct KvStage {
+    std::vector<int32_t> pages;  // [n_records] in record order
+    std::vector<uint8_t> fresh;  // [n_records]
+    std::vector<int32_t> completed_backed;
+  };
+  struct MicroState {
+    std::vector<int32_t> members;  // block indices of its live sequences, ascending
+    int64_t row0 = 0;              // its first row in the step's logits
+    std::vector<Group> groups;     // [n_groups] this step's groups (the vector only grows)
+    int64_t n_groups = 0;
+    DeviceBuffer hidden;  // [n_tokens, n_embd] f32, kept between columns
+    KvStage stage;
+  };
+  struct SeqState {
+    int32_t kv = -1;       // KV sequence, -1 once finished
+    int32_t next = -1;     // token fed to the next decode step
+    int32_t produced = 0;  // logits rows handed out so far
+  };
+  // A weight staging buffer and the column load it holds.
+  struct WeightSlot {
+    PoolBlock mem;
+    int64_t column = -1;
+    int32_t step = -1;
+    uint64_t load = 0;  // its number on the load queue
+  };
+  // A KV staging buffer: which layer compute it serves, the load that fills
+  // it, and the last store reading from it.
+  struct KvSlot {
+    int64_t layer = -1, micro_batch = -1;
+    int32_t step = -1;
+    uint64_t load = 0, last_store = 0;
+  };
+
+  void run(std::span<const SeqInput> seqs, const StepFn& on_step, bool all_rows);
+  BlockMemory block_memory(const std::vector<std::vector<int64_t>>& stored,
+                           const std::vector<std::vector<int64_t>>& prompt, bool all_rows) const;
+  // RAM that stays for the whole run: weights in place, vectors, staging.
+  uint64_t fixed_ram() const;
+  void check_block(const BlockMemory& m, int64_t n_seqs, int64_t longest) const;
+  void prepare_block(const BlockMemory& m);
+  std::string ram_flags() const;
+  void check_ids(std::span<const int32_t> ids, const char* what, size_t index) const;
+  void check_window(int64_t positions, const char* what, size_t index) const;
+  int64_t pos_offset() const { return config().learned_pos ? config().pos_offset : -1; }
+
+  // Transfers and compute of the executor's hooks.
+  void load_weights(int64_t column, int32_t step);
+  const std::byte* staged_weights(int64_t column, int32_t step);
+  void load_kv(int64_t layer, int64_t k, int32_t step);
+  void store_kv(int64_t layer, int64_t k, int32_t step);
+  KvSlot& kv_slot_for(int64_t layer, int64_t k, int32_t step);
+  void stage_kv(int64_t layer, int64_t k, int32_t step);
+  std::byte* kv_record(const KvSlot& s, size_t r);
+
+  const Model& model_;
+  EngineOptions opt_;
+  CpuBackend backend_;
+  PlacementFractions frac_;  // folded for the device
+  std::unique_ptr<TierPool> ram_, disk_;
+  WeightPlacement wplace_;
+  std::optional<Pack> pack_;
+  std::unique_ptr<PackMatrices> pack_map_;
+  DiskFile pack_file_;
+  std::unique_ptr<DiskEngine> disk_engine_;
+  std::unique_ptr<WeightStore> weights_;
+  Forward fwd_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<Executor> exec_;
+  TransferPlan transfer_plan_;
+  uint64_t kv_cap_bytes_ = 0;  // the KV pool's own cap (kv_budget_bytes)
+
+  Reservation res_weights_, res_block_, res_disk_weights_, res_disk_kv_;
+  std::array<WeightSlot, 2> wslots_;
+  uint64_t n_weight_loads_ = 0;
+  std::array<PoolBlock, 2> kv_mem_;
+  std::array<KvSlot, 2> kv_slots_;
+  // [n_layer * n_mb] the last store of each layer's KV of each micro-batch:
+  // a load of those records waits for it (the queues are separate).
+  std::vector<uint64_t> kv_last_store_;
+  std::vector<MicroState> mbs_;
+  DeviceBuffer logits_;
+  std::vector<float> logits_host_;
+  EngineStats stats_;
+};
+
+OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options)
+    : model_(model),
+      opt_(options),
+      backend_(opt_.threads),
+      fwd_(backend_, model.config(), opt_.compute_dtype) {
+  const ModelConfig& c = model.config();
+  const bool unified = backend_.memory_is_host();
+  PlacementFractions f = fractions_of(opt_);
+  validate_fractions(f);
+  frac_ = fold_for_device(f, unified);
+  if (frac_.act_disk() > 1e-12) {
+    fail(
+        "placement puts {:.4g}% of the activations on disk, which this engine does not support; "
+        "keep them in RAM (--percent ... ACT_GPU ACT_CPU summing to 100)",
+        100 * frac_.act_disk());
+  }
+
+  // ---- budgets ----
+  const uint64_t ram_default = available_ram_bytes();
+  uint64_t ram_budget = opt_.cpu_mem > 0 ? opt_.cpu_mem : ram_default;
+  if (unified) ram_budget += opt_.gpu_mem;  // both tiers are this RAM
+  ram_ = std::make_unique<TierPool>(Tier::kCpu, ram_budget, make_host_allocator());
+
+  PackOptions po;
+  po.weight_dtype = opt_.weight_dtype;
+  wplace_ = place_weights(model.desc(), po, frac_);
+  const KvGeometry geo = kv_geometry(c, opt_);
+  const bool kv_disk = frac_.kv_disk() > 1e-12;
+  const bool need_dir = wplace_.any_on_disk() || kv_disk || opt_.weight_dtype.has_value();
+  if (need_dir && opt_.offload_dir.empty()) {
+    fail("this placement keeps {} on disk but no offload directory was given; pass --offload-dir DIR",
+         wplace_.any_on_disk() ? "weights" : kv_disk ? "KV cache pages" : "the weight pack");
+  }
+  uint64_t disk_budget = opt_.disk_mem;
+  if (disk_budget == 0 && need_dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(opt_.offload_dir, ec);
+    if (ec) {
+      fail("--offload-dir {}: cannot create the directory: {}; choose a directory you can write to",
+           opt_.offload_dir, ec.message());
+    }
+    disk_budget = free_disk_bytes(opt_.offload_dir);
+  }
+  disk_ = std::make_unique<TierPool>(Tier::kDisk, disk_budget);
+
+  // ---- the fixed part, checked before anything is built ----
+  const uint64_t staging = align_up(wplace_.largest_disk_read(), kDiskAlign);
+  const uint64_t fixed = wplace_.bytes(Tier::kGpu) + wplace_.bytes(Tier::kCpu) +
+                         wplace_.vector_bytes() + 2 * staging;
+  if (fixed > ram_budget) {
+    fail(
+        "RAM budget {} ({}) is below the {} the weights need: {} of matrices in RAM, {} of "
+        "vectors, {} of staging for the disk share; raise {} or put more weights on disk "
+        "(--percent)",
+        mb(ram_budget), ram_flags(), mb(fixed),
+        mb(wplace_.bytes(Tier::kGpu) + wplace_.bytes(Tier::kCpu)), mb(wplace_.vector_bytes()),
+        mb(2 * staging), ram_flags());
+  }
+  if (wplace_.bytes(Tier::kDisk) > disk_budget) {
+    fail("disk budget {} (--disk-mem, in {}) is below the {} of weights this placement puts on "
+         "disk; raise --disk-mem or keep more weights in RAM (--percent)",
+         mb(disk_budget), opt_.offload_dir, mb(wplace_.bytes(Tier::kDisk)));
+  }
+  kv_cap_bytes_ = opt_.kv_budget_bytes > 0 ? opt_.kv_budget_bytes : default_kv_budget_bytes();
+  if (opt_.plan_prompt_tokens > 0 && opt_.plan_new_tokens > 0) {
+    // A full block of the longest sequences the run will see.
+    const int64_t stored = opt_.plan_prompt_tokens + opt_.plan_new_tokens - 1;
+    std::vector<std::vector<int64_t>> lens(static_cast<size_t>(opt_.num_gpu_batches)),
+        prompts(static_cast<size_t>(opt_.num_gpu_batches));
+    for (auto& v : lens) v.assign(static_cast<size_t>(opt_.gpu_batch_size), stored);
+    for (auto& v : prompts) v.assign(static_cast<size_t>(opt_.gpu_batch_size), opt_.plan_prompt_tokens);
+    // KvStore's needs only depend on the fractions and geometry: a
+    // throw-away store answers them.
+    const KvStore probe(backend_, geo, std::max(kv_cap_bytes_, geo.bytes_per_page()), frac_);
+    BlockMemory m;
+    m.kv = probe.needs(lens);
+    m.kv_pages = static_cast<uint64_t>(m.kv.backed_pages) * geo.bytes_per_page();
+    m.kv_staging = 2 * static_cast<uint64_t>(m.kv.stage_records) * probe.record_bytes();
+    m.kv_disk = static_cast<uint64_t>(c.n_layer) * static_cast<uint64_t>(m.kv.disk_pages) *
+                probe.record_bytes();
+    m.hidden = static_cast<uint64_t>(block_size() * opt_.plan_prompt_tokens * c.n_embd) * 4;
+    m.group_tokens = largest_group(prompts[0]);
+    m.scratch = forward_scratch_bytes(c, m.group_tokens);
+    m.logits = static_cast<uint64_t>(block_size() * c.n_vocab) * 4;
+    check_block(m, block_size(), stored);
+  }
+
+  // ---- build: pack, weights, KV, executor ----
+  if (wplace_.any_on_disk() || opt_.weight_dtype) {
+    pack_ = open_or_build_pack(model, opt_.offload_dir, po);
+    if (opt_.weight_dtype) pack_map_ = std::make_unique<PackMatrices>(*pack_);
+  }
+  weights_ = std::make_unique<WeightStore>(model, backend_, wplace_, pack_ ? &*pack_ : nullptr,
+                                           pack_map_.get());
+  res_weights_ = ram_->reserve(weights_->resident_matrix_bytes() + weights_->vector_bytes(),
+                               "weights in RAM (matrices in place, f32 vectors)");
+  res_disk_weights_ = disk_->reserve(wplace_.bytes(Tier::kDisk), "weights on disk");
+
+  DiskEngineOptions deo;
+  if (const char* c = std::getenv("STRATA_TMP_CHUNK_MB")) deo.chunk_bytes = size_t(std::atoi(c)) << 20;
+  if (const char* c = std::getenv("STRATA_TMP_DEPTH")) deo.queue_depth = std::atoi(c);
+  if (weights_->staging_bytes() > 0) {
+    for (WeightSlot& s : wslots_) {
+      s.mem = ram_->allocate(weights_->staging_bytes(), "weight staging buffer");
+      deo.fixed_buffers.push_back({s.mem.data(), static_cast<size_t>(s.mem.size())});
+    }
+  }
+  if (need_dir && (wplace_.any_on_disk() || kv_disk)) {
+    disk_engine_ = std::make_unique<DiskEngine>(deo);
+  }
+  if (wplace_.any_on_disk()) {
+    pack_file_ = DiskFile::open(pack_->weights_path(), OpenMode::kRead, true);
+    if (!pack_file_.direct()) {
+      spdlog::warn("weights: {} has no O_DIRECT; disk reads go through the page cache",
+                   pack_->weights_path());
+    }
+  }
+  kv_ = std::make_unique<KvStore>(backend_, geo, std::max(kv_cap_bytes_, geo.bytes_per_page()), frac_);
+  exec_ = std::make_unique<Executor>(backend_, disk_engine_.get(), opt_.trace);
+
+  transfer_plan_.weights_off.assign(static_cast<size_t>(c.n_layer + 2), false);
+  for (int64_t col = 0; col < c.n_layer + 2; ++col) {
+    transfer_plan_.weights_off[static_cast<size_t>(col)] = weights_->disk_unit(col) != nullptr;
+  }
+  transfer_plan_.kv_off = kv_disk;
+  mbs_.resize(static_cast<size_t>(opt_.num_gpu_batches));
+  kv_last_store_.assign(static_cast<size_t>(c.n_layer * opt_.num_gpu_batches), 0);
+
+  spdlog::info(
+      "engine: {} on {}, compute {}, weights {}, KV {} in pages of {} tokens, block {} x {}",
+      model.desc().path, backend_.name(), dtype_name(opt_.compute_dtype),
+      opt_.weight_dtype ? dtype_name(*opt_.weight_dtype) : "as stored", dtype_name(opt_.kv_dtype),
+      opt_.page_size, opt_.gpu_batch_size, opt_.num_gpu_batches);
+  spdlog::info("engine: placement {}{}; RAM budget {} ({}), weights {} in RAM, {} on disk{}",
+               describe_fractions(frac_), unified ? " (the CPU device: gpu and cpu are RAM)" : "",
+               mb(ram_budget), ram_flags(),
+               mb(wplace_.bytes(Tier::kGpu) + wplace_.bytes(Tier::kCpu)),
+               mb(wplace_.bytes(Tier::kDisk)),
+               need_dir ? fmt::format(" (offload dir {}, disk budget {})", opt_.offload_dir,
+                                      mb(disk_budget))
+                        : std::string());
+  if (opt_.cpu_attention && unified) {
+    spdlog::info("engine: --cpu-attention has no effect on the CPU device: attention runs where "
+                 "the KV is");
+  }
+}
+
+OffloadEngine::~OffloadEngine() {
+  try {
+    if (exec_) exec_->drain();
+  } catch (const std::exception& e) {
+    spdlog::debug("engine: a transfer failed while shutting down: {}", e.what());
+  }
+}
+
+std::string OffloadEngine::ram_flags() const {
+  return backend_.memory_is_host() ? "--cpu-mem + --gpu-mem: on the CPU device both are RAM"
+                                   : "--cpu-mem";
+}
+
+uint64_t OffloadEngine::fixed_ram() const {
+  uint64_t n = res_weights_.bytes();
+  for (const WeightSlot& s : wslots_) n += s.mem.size();
+  return n;
+}
+
+void OffloadEngine::check_ids(std::span<const int32_t> ids, const char* what, size_t index) const {
+  const int64_t V = config().n_vocab;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    if (ids[t] < 0 || ids[t] >= V) {
+      fail(
+          "{} {}: token {} has id {}, outside the vocabulary of {} ({} ids); check the tokenizer "
+          "matches the model",
+          what, index, t, ids[t], model_.desc().path, V);
+    }
+  }
+}
+
+void OffloadEngine::check_window(int64_t positions, const char* what, size_t index) const {
+  const int64_t w = config().sliding_window;
+  if (w > 0 && positions > w) {
+    fail(
+        "{} {} needs {} positions, but {} attends within a sliding window of {} tokens, which "
+        "this engine does not implement; keep prompt + new tokens within {}",
+        what, index, positions, model_.desc().path, w, w);
+  }
+}
+
+BlockMemory OffloadEngine::block_memory(const std::vector<std::vector<int64_t>>& stored,
+                                        const std::vector<std::vector<int64_t>>& prompt,
+                                        bool all_rows) const {
+  const ModelConfig& c = config();
+  const KvGeometry& g = kv_->geometry();
+  BlockMemory m;
+  m.kv = kv_->needs(stored);
+  m.kv_pages = static_cast<uint64_t>(m.kv.backed_pages) * g.bytes_per_page();
+  m.kv_staging = 2 * static_cast<uint64_t>(m.kv.stage_records) * kv_->record_bytes();
+  m.kv_disk = static_cast<uint64_t>(c.n_layer) * static_cast<uint64_t>(m.kv.disk_pages) *
+              kv_->record_bytes();
+  int64_t rows = 0;
+  for (const std::vector<int64_t>& p : prompt) {
+    int64_t tokens = 0;
+    for (int64_t n : p) tokens += n;
+    m.hidden_tokens.push_back(tokens);
+    m.hidden += static_cast<uint64_t>(tokens * c.n_embd) * sizeof(float);
+    m.group_tokens = std::max(m.group_tokens, largest_group(p));
+    rows += all_rows ? tokens : static_cast<int64_t>(p.size());
+  }
+  m.scratch = forward_scratch_bytes(c, m.group_tokens);
+  m.logits = static_cast<uint64_t>(rows * c.n_vocab) * sizeof(float);
+  return m;
+}
+
+void OffloadEngine::check_block(const BlockMemory& m, int64_t n_seqs, int64_t longest) const {
+  const KvGeometry& g = kv_ ? kv_->geometry() : kv_geometry(config(), opt_);
+  const int64_t cap_pages = static_cast<int64_t>(kv_cap_bytes_ / g.bytes_per_page());
+  if (m.kv.backed_pages > cap_pages) {
+    fail(
+        "KV cache budget {} holds {} pages of {} tokens ({} free); this block needs {} for {} "
+        "sequences of up to {} tokens; lower the batch size or raise the KV budget",
+        mb(kv_cap_bytes_), cap_pages, g.page_size, cap_pages, m.kv.backed_pages, n_seqs, longest);
+  }
+  const uint64_t fixed = fixed_ram() > 0 ? fixed_ram()
+                                         : wplace_.bytes(Tier::kGpu) + wplace_.bytes(Tier::kCpu) +
+                                               wplace_.vector_bytes() +
+                                               2 * align_up(wplace_.largest_disk_read(), kDiskAlign);
+  const uint64_t need = fixed + m.ram();
+  if (need > ram_->budget()) {
+    fail(
+        "RAM budget {} ({}) is below the {} a block of {} sequences of up to {} tokens needs: "
+        "weights and their staging {}, KV cache {} ({} pages) + staging {}, activations {}, "
+        "working memory {}, logits {}; raise the budget, lower the batch size or put more on disk "
+        "(--percent)",
+        mb(ram_->budget()), ram_flags(), mb(need), n_seqs, longest, mb(fixed), mb(m.kv_pages),
+        m.kv.backed_pages, mb(m.kv_staging), mb(m.hidden), mb(m.scratch), mb(m.logits));
+  }
+  const uint64_t disk_need = wplace_.bytes(Tier::kDisk) + m.kv_disk;
+  if (disk_need > disk_->budget()) {
+    fail(
+        "disk budget {} (--disk-mem, in {}) is below the {} this run keeps on disk: weights {}, "
+        "KV cache {} for a block of {} sequences of up to {} tokens; raise --disk-mem, lower the "
+        "batch size or keep more in RAM (--percent)",
+        mb(disk_->budget()), opt_.offload_dir, mb(disk_need), mb(wplace_.bytes(Tier::kDisk)),
+        mb(m.kv_disk), n_seqs, longest);
+  }
+}
+
+void OffloadEngine::prepare_block(const BlockMemory& m) {
+  const ModelConfig& c = config();
+  // The block's buffers, sized for it exactly (the KV pool's storage and the
+  // forward's scratch only grow); one reservation covers what the backend
+  // allocates, the staging buffers count themselves.
+  res_block_.release();
+  for (PoolBlock& b : kv_mem_) b.reset();
+  PagePool& pool = kv_->pool();
+  const uint64_t bpp = kv_->geometry().bytes_per_page();
+  pool.set_budget(std::max(m.kv_pages, bpp));
+  const uint64_t kv_pages = std::max(pool.storage_bytes(), m.kv_pages);
+  uint64_t hidden = 0;
+  for (size_t k = 0; k < mbs_.size(); ++k) {
+    const size_t want = static_cast<size_t>(m.hidden_tokens[k] * c.n_embd) * sizeof(float);
+    if (mbs_[k].hidden.size() != want) {
+      mbs_[k].hidden = DeviceBuffer();
+      if (want > 0) mbs_[k].hidden = backend_.alloc(want);
+    }
+    hidden += want;
+  }
+  fwd_.reserve(m.group_tokens);
+  if (logits_.size() != m.logits) {
+    logits_ = DeviceBuffer();
+    logits_ = backend_.alloc(m.logits);
+  }
+  res_block_ = ram_->reserve(kv_pages + hidden + fwd_.workspace_bytes() + logits_.size(),
+                             "the block's KV cache, activations and working memory");
+  const uint64_t kv_stage = static_cast<uint64_t>(m.kv.stage_records) * kv_->record_bytes();
+  if (kv_stage > 0) {
+    for (PoolBlock& b : kv_mem_) b = ram_->allocate(kv_stage, "KV staging buffer");
+  }
+  for (KvSlot& s : kv_slots_) s = KvSlot{};
+  for (WeightSlot& s : wslots_) {
+    s.column = -1;
+    s.step = -1;
+  }
+  res_disk_kv_.release();
+  if (m.kv.disk_pages > 0) {
+    kv_->prepare_file(opt_.offload_dir, m.kv.disk_pages);
+    res_disk_kv_ = disk_->reserve(kv_->file_bytes(), "KV cache pages on disk");
+  }
+}
+
+std::byte* OffloadEngine::kv_record(const KvSlot& s, size_t r) {
+  const size_t b = static_cast<size_t>(&s - kv_slots_.data());
+  return kv_mem_[b].data() + r * kv_->record_bytes();
+}
+
+// ---- weights ----
+
+void OffloadEngine::load_weights(int64_t column, int32_t step) {
+  const UnitPlacement* u = weights_->disk_unit(column);
+  STRATA_ASSERT(u != nullptr);
+  const WeightStore::Read r = weights_->disk_read(column);
+  // Round robin over the two buffers: this one last held the load before the
+  // previous one, for a column whose computes all came before this step.
+  WeightSlot& s = wslots_[n_weight_loads_++ % 2];
+  s.column = column;
+  s.step = step;
+  s.load = exec_->mover().copy(Place::memory(Tier::kGpu, s.mem.data()),
+                               Place::disk(pack_file_, r.offset), r.bytes, exec_->loads(),
+                               {fmt::format("weights {}", u->name), "weights", step});
+}
+
+const std::byte* OffloadEngine::staged_weights(int64_t column, int32_t step) {
+  if (weights_->disk_unit(column) == nullptr) return nullptr;
+  for (WeightSlot& s : wslots_) {
+    if (s.column == column && s.step == step) {
+      exec_->loads().wait(s.load);
+      return s.mem.data();
+    }
+  }
+  STRATA_ASSERT_MSG(false, "weights of column {} step {} were never loaded", column, step);
+  return nullptr;
+}
+
+// ---- KV ----
+
+OffloadEngine::KvSlot& OffloadEngine::kv_slot_for(int64_t layer, int64_t k, int32_t step) {
+  // Consecutive layer computes (in schedule order, across steps) alternate.
+  const int64_t q = (static_cast<int64_t>(step) * config().n_layer + layer) * opt_.num_gpu_batches + k;
+  KvSlot& s = kv_slots_[static_cast<size_t>(q % 2)];
+  if (s.layer != layer || s.micro_batch != k || s.step != step) {
+    // Taken over from an earlier compute: what it stored from it must be out.
+    if (s.last_store > 0) exec_->stores().wait(s.last_store);
+    s.layer = layer;
+    s.micro_batch = k;
+    s.step = step;
+    s.load = 0;
+  }
+  return s;
+}
+
+void OffloadEngine::load_kv(int64_t layer, int64_t k, int32_t step) {
+  const KvStage& st = mbs_[static_cast<size_t>(k)].stage;
+  if (st.pages.empty()) return;
+  // The records were written by earlier steps' stores of this layer and
+  // micro-batch: they must be on disk before the read.
+  const uint64_t written = kv_last_store_[static_cast<size_t>(layer * opt_.num_gpu_batches + k)];
+  if (written > 0) exec_->stores().wait(written);
+  KvSlot& slot = kv_slot_for(layer, k, step);
+  const uint64_t rec = kv_->record_bytes();
+  // Runs of records whose disk slots are consecutive are one read each.
+  size_t r = 0;
+  while (r < st.pages.size()) {
+    if (st.fresh[r]) {
+      ++r;
+      continue;
+    }
+    const int32_t first = kv_->disk_slot(st.pages[r]);
+    size_t e = r + 1;
+    while (e < st.pages.size() && !st.fresh[e] &&
+           kv_->disk_slot(st.pages[e]) == first + static_cast<int32_t>(e - r)) {
+      ++e;
+    }
+    slot.load = exec_->mover().copy(
+        Place::memory(Tier::kGpu, kv_record(slot, r)),
+        Place::disk(kv_->file(), kv_->record_offset(layer, first)), (e - r) * rec, exec_->loads(),
+        {fmt::format("kv layer {} k={}", layer, k), "kv", step});
+    r = e;
+  }
+}
+
+void OffloadEngine::stage_kv(int64_t layer, int64_t k, int32_t step) {
+  const KvStage& st = mbs_[static_cast<size_t>(k)].stage;
+  if (st.pages.empty()) return;
+  KvSlot& slot = kv_slot_for(layer, k, step);
+  if (slot.load > 0) exec_->loads().wait(slot.load);
+  const uint64_t pb = kv_->geometry().page_bytes();
+  for (size_t r = 0; r < st.pages.size(); ++r) {
+    std::byte* rec = kv_record(slot, r);
+    kv_->pool().stage(layer, st.pages[r], rec, rec + pb);
+  }
+}
+
+void OffloadEngine::store_kv(int64_t layer, int64_t k, int32_t step) {
+  const KvStage& st = mbs_[static_cast<size_t>(k)].stage;
+  const uint64_t rec = kv_->record_bytes(), pb = kv_->geometry().page_bytes();
+  const TransferLabel label{fmt::format("kv layer {} k={}", layer, k), "kv", step};
+  uint64_t last = 0;
+  // Fresh pages: from their staging records, runs of consecutive disk slots
+  // in one write.
+  size_t r = 0;
+  while (r < st.pages.size()) {
+    if (!st.fresh[r]) {
+      ++r;
+      continue;
+    }
+    const int32_t first = kv_->disk_slot(st.pages[r]);
+    size_t e = r + 1;
+    while (e < st.pages.size() && st.fresh[e] &&
+           kv_->disk_slot(st.pages[e]) == first + static_cast<int32_t>(e - r)) {
+      ++e;
+    }
+    KvSlot& slot = kv_slot_for(layer, k, step);
+    last = exec_->mover().copy(Place::disk(kv_->file(), kv_->record_offset(layer, first)),
+                               Place::memory(Tier::kGpu, kv_record(slot, r)), (e - r) * rec,
+                               exec_->stores(), label);
+    slot.last_store = last;
+    r = e;
+  }
+  // Pages completed in RAM: K and V of this layer from the pool.
+  if (!st.completed_backed.empty()) {
+    const KvLayer view = kv_->pool().layer(layer);
+    for (int32_t p : st.completed_backed) {
+      const uint64_t off = kv_->record_offset(layer, kv_->disk_slot(p));
+      exec_->mover().copy(Place::disk(kv_->file(), off), Place::memory(Tier::kGpu, view.k_pages[p]),
+                          pb, exec_->stores(), label);
+      last = exec_->mover().copy(Place::disk(kv_->file(), off + pb),
+                                 Place::memory(Tier::kGpu, view.v_pages[p]), pb, exec_->stores(),
+                                 label);
+      if (layer == config().n_layer - 1) kv_->mark_retiring(p, last);
+    }
+  }
+  if (last > 0) kv_last_store_[static_cast<size_t>(layer * opt_.num_gpu_batches + k)] = last;
+}
+
+// ---- the block ----
+
+void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, bool all_rows) {
+  const ModelConfig& c = config();
+  const int64_t n = static_cast<int64_t>(seqs.size());
+  if (n == 0) return;
+  if (n > block_size()) {
+    fail("a block of {} sequences exceeds the engine's block size {} ({} x {})", n, block_size(),
+         opt_.gpu_batch_size, opt_.num_gpu_batches);
+  }
+  STRATA_ASSERT(!all_rows || n == 1);
+  int64_t n_steps = 0, longest = 0;
+  std::vector<int64_t> stored(static_cast<size_t>(n));  // tokens each sequence will store
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqInput& s = seqs[i];
+    const int64_t p = static_cast<int64_t>(s.prompt.size());
+    if (p == 0) fail("prompt {} is empty; every prompt needs at least one token", i);
+    if (s.max_new_tokens < 1) {
+      fail("prompt {} asks for {} new tokens; use 1 or more", i, s.max_new_tokens);
+    }
+    if (!all_rows && p + s.max_new_tokens > c.n_ctx) {
+      fail(
+          "prompt {} has {} tokens + {} new tokens = {}, more than the context of {} ({} "
+          "tokens); shorten the prompt or lower the number of new tokens",
+          i, p, s.max_new_tokens, p + s.max_new_tokens, model_.desc().path, c.n_ctx);
+    }
+    check_ids(s.prompt, all_rows ? "scored sequence" : "prompt", i);
+    // The last sampled token is never fed back: p + max_new - 1 positions.
+    stored[i] = p + s.max_new_tokens - 1;
+    check_window(stored[i], all_rows ? "scored sequence" : "prompt", i);
+    n_steps = std::max<int64_t>(n_steps, s.max_new_tokens);
+    longest = std::max(longest, stored[i]);
+  }
+
+  // Sequences fill the micro-batches in order, gpu_batch_size each.
+  const int64_t g = opt_.gpu_batch_size, n_mb = opt_.num_gpu_batches;
+  std::vector<std::vector<int64_t>> stored_mb(static_cast<size_t>(n_mb)),
+      prompt_mb(static_cast<size_t>(n_mb));
+  for (int64_t b = 0; b < n; ++b) {
+    stored_mb[static_cast<size_t>(b / g)].push_back(stored[static_cast<size_t>(b)]);
+    prompt_mb[static_cast<size_t>(b / g)].push_back(
+        static_cast<int64_t>(seqs[static_cast<size_t>(b)].prompt.size()));
+  }
+  const BlockMemory mem = block_memory(stored_mb, prompt_mb, all_rows);
+  check_block(mem, n, longest);
+  prepare_block(mem);
+
+  std::vector<SeqState> st(static_cast<size_t>(n));
+  for (MicroState& m : mbs_) m.members.clear();
+  // However the block ends: transfers finish before the pages and buffers
+  // they use are given back.
+  struct Cleanup {
+    OffloadEngine& e;
+    std::vector<SeqState>& st;
+    ~Cleanup() {
+      try {
+        e.exec_->drain();
+      } catch (const std::exception& ex) {
+        spdlog::debug("engine: a transfer failed while ending a block: {}", ex.what());
+      }
+      for (SeqState& s : st) {
+        if (s.kv >= 0) e.kv_->remove_sequence(s.kv);
+        s.kv = -1;
+      }
+    }
+  } cleanup{*this, st};
+  for (int64_t b = 0; b < n; ++b) {
+    st[static_cast<size_t>(b)].kv = kv_->add_sequence();
+    mbs_[static_cast<size_t>(b / g)].members.push_back(static_cast<int32_t>(b));
+    stats_.prompt_tokens += static_cast<int64_t>(seqs[static_cast<size_t>(b)].prompt.size());
+  }
+
+  const int64_t V = c.n_vocab, E = c.n_embd;
+  const std::vector<ScheduleStep> schedule =
+      make_block_schedule({n_steps, c.n_layer, n_mb}, transfer_plan_);
+
+  std::vector<int32_t> active;
+  std::vector<SeqAction> actions;
+  int64_t n_live = n;
+  Clock::time_point t_step;
+  int32_t step = -1;
+  PagePool& pool = kv_->pool();
+
+  ExecutorHooks hooks;
+  hooks.begin_step = [&](int32_t i) {
+    if (n_live == 0) return false;
+    step = i;
+    t_step = Clock::now();
+    active.clear();
+    int64_t row = 0;
+    for (MicroState& m : mbs_) {
+      m.row0 = row;
+      active.insert(active.end(), m.members.begin(), m.members.end());
+      row = static_cast<int64_t>(active.size());
+    }
+    // Disk pages completed in the last step leave RAM once their stores are out.
+    if (kv_->n_retiring() > 0) {
+      exec_->stores().wait(kv_->retiring_until());
+      kv_->retire(exec_->stores().n_done());
+    }
+    // The step's new tokens of every micro-batch: KV slots for them, groups,
+    // and the KV to stage, before any transfer of the step is planned.
+    for (MicroState& m : mbs_) {
+      if (m.members.empty()) continue;
+      m.n_groups = 0;
+      int64_t n_tokens = 0;
+      for (size_t r = 0; r < m.members.size(); ++r) {
+        const int32_t b = m.members[r];
+        SeqState& s = st[static_cast<size_t>(b)];
+        std::span<const int32_t> toks =
+            step == 0 ? std::span<const int32_t>(seqs[static_cast<size_t>(b)].prompt)
+                      : std::span<const int32_t>(&s.next, 1);
+        const int64_t n_new = static_cast<int64_t>(toks.size());
+        if (m.n_groups == 0 ||
+            m.groups[static_cast<size_t>(m.n_groups - 1)].host.n_tokens() + n_new >
+                kMaxGroupTokens) {
+          if (static_cast<int64_t>(m.groups.size()) == m.n_groups) m.groups.emplace_back();
+          Group& gr = m.groups[static_cast<size_t>(m.n_groups++)];
+          gr.host.clear();
+          gr.token0 = n_tokens;
+          gr.row0 = m.row0 + (all_rows ? n_tokens : static_cast<int64_t>(r));
+        }
+        const int64_t start = kv_->extend(s.kv, n_new, step);
+        m.groups[static_cast<size_t>(m.n_groups - 1)].host.add_sequence(
+            toks, start, kv_->pages(s.kv), opt_.page_size, all_rows, pos_offset());
+        n_tokens += n_new;
+      }
+      STRATA_ASSERT(static_cast<size_t>(n_tokens * E) * sizeof(float) <= m.hidden.size());
+      // The step's staged KV: unbacked pages and the disk pages completed in RAM.
+      KvStage& sg = m.stage;
+      sg.pages.clear();
+      sg.fresh.clear();
+      sg.completed_backed.clear();
+      for (const int32_t b : m.members) {
+        const int32_t seq = st[static_cast<size_t>(b)].kv;
+        for (int32_t p : kv_->pages(seq)) {
+          if (pool.backed(p)) continue;
+          sg.pages.push_back(p);
+          sg.fresh.push_back(kv_->fresh(p, step) ? 1 : 0);
+        }
+        for (int32_t p : kv_->completed(seq)) {
+          if (pool.backed(p)) sg.completed_backed.push_back(p);
+        }
+      }
+    }
+    return true;
+  };
+  hooks.store = [&](const ScheduleStep&, const Transfer& t) {
+    if (t.what == Transfer::What::kKv && !mbs_[static_cast<size_t>(t.micro_batch)].members.empty()) {
+      store_kv(t.column - 1, t.micro_batch, t.step);
+    }
+  };
+  hooks.load = [&](const ScheduleStep&, const Transfer& t) {
+    if (t.what == Transfer::What::kWeights) {
+      load_weights(t.column, t.step);
+    } else if (t.what == Transfer::What::kKv &&
+               !mbs_[static_cast<size_t>(t.micro_batch)].members.empty()) {
+      load_kv(t.column - 1, t.micro_batch, t.step);
+    }
+  };
+  // The views of the step about to compute, set by prepare.
+  GlobalWeights step_global;
+  LayerWeights step_layer;
+  hooks.prepare = [&](const ScheduleStep& ss) {
+    if (mbs_[static_cast<size_t>(ss.micro_batch)].members.empty()) return;
+    switch (ss.kind) {
+      case StageKind::kEmbed:
+        step_global = weights_->embed(staged_weights(0, step));
+        break;
+      case StageKind::kLayer:
+        stage_kv(ss.layer, ss.micro_batch, step);
+        step_layer = weights_->layer(ss.layer, staged_weights(ss.column, step));
+        break;
+      case StageKind::kHead:
+        step_global = weights_->head(staged_weights(ss.column, step));
+        break;
+    }
+  };
+  hooks.compute = [&](const ScheduleStep& ss) {
+    MicroState& m = mbs_[static_cast<size_t>(ss.micro_batch)];
+    if (!m.members.empty()) {
+      switch (ss.kind) {
+        case StageKind::kEmbed: {
+          const GlobalWeights& w = step_global;
+          for (int64_t gi = 0; gi < m.n_groups; ++gi) {
+            Group& gr = m.groups[static_cast<size_t>(gi)];
+            gr.dev = upload_micro_batch(backend_, gr.host, gr.meta);
+            fwd_.embed(w, gr.dev, m.hidden.as<float>() + gr.token0 * E);
+          }
+          break;
+        }
+        case StageKind::kLayer: {
+          const LayerWeights& w = step_layer;
+          const KvLayer kv = pool.layer(ss.layer);
+          for (int64_t gi = 0; gi < m.n_groups; ++gi) {
+            Group& gr = m.groups[static_cast<size_t>(gi)];
+            fwd_.layer(ss.layer, w, kv, gr.dev, m.hidden.as<float>() + gr.token0 * E);
+          }
+          break;
+        }
+        case StageKind::kHead: {
+          const GlobalWeights& w = step_global;
+          for (int64_t gi = 0; gi < m.n_groups; ++gi) {
+            Group& gr = m.groups[static_cast<size_t>(gi)];
+            fwd_.head(w, gr.dev, m.hidden.as<float>() + gr.token0 * E,
+                      logits_.as<float>() + gr.row0 * V);
+          }
+          break;
+        }
+      }
+    }
+  };
+  hooks.end_step = [&](int32_t) {
+    // End of the step: hand the logits over, then retire finished sequences.
+    const double dt = std::chrono::duration<double>(Clock::now() - t_step).count();
+    (step == 0 ? stats_.prefill_s : stats_.decode_s) += dt;
+    const int64_t rows = all_rows ? static_cast<int64_t>(seqs[0].prompt.size())
+                                  : static_cast<int64_t>(active.size());
+    const float* logits = logits_.as<float>();
+    if (!backend_.memory_is_host()) {
+      logits_host_.resize(static_cast<size_t>(rows * V));
+      backend_.copy_to_host(logits_host_.data(), logits, logits_host_.size() * sizeof(float));
+      logits = logits_host_.data();
+    }
+    actions.assign(active.size(), SeqAction{});
+    on_step(step, active, logits, actions);
+    if (!all_rows) stats_.generated_tokens += static_cast<int64_t>(active.size());
+    bool any_finished = false;
+    for (size_t r = 0; r < active.size(); ++r) {
+      const int32_t b = active[r];
+      SeqState& s = st[static_cast<size_t>(b)];
+      ++s.produced;
+      const bool done =
+          actions[r].finished || s.produced >= seqs[static_cast<size_t>(b)].max_new_tokens;
+      if (!done) {
+        const int32_t tok = actions[r].next_token;
+        if (tok < 0 || tok >= V) {
+          fail("step {}: the next token {} of sequence {} is outside the vocabulary of {} ids",
+               step, tok, b, V);
+        }
+        s.next = tok;
+        continue;
+      }
+      if (!any_finished && kv_->n_retiring() > 0) {
+        // Its pages' stores may still read their RAM.
+        exec_->stores().wait(kv_->retiring_until());
+      }
+      any_finished = true;
+      kv_->remove_sequence(s.kv);
+      s.kv = -1;
+      --n_live;
+      auto& members = mbs_[static_cast<size_t>(b / g)].members;
+      members.erase(std::find(members.begin(), members.end(), b));
+    }
+  };
+  exec_->run(schedule, hooks);
+  exec_->drain();
+}
+
+std::vector<float> OffloadEngine::score(std::span<const int32_t> tokens) {
+  const ModelConfig& c = config();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) fail("nothing to score: the token sequence is empty");
+  if (n > c.n_ctx) {
+    fail("scoring {} tokens exceeds the context of {} ({} tokens); use shorter chunks", n,
+         model_.desc().path, c.n_ctx);
+  }
+  std::vector<SeqInput> in(1);
+  in[0].prompt.assign(tokens.begin(), tokens.end());
+  in[0].max_new_tokens = 1;
+  std::vector<float> out;
+  run(in, [&](int, std::span<const int32_t>, const float* logits, std::span<SeqAction> a) {
+    out.assign(logits, logits + n * c.n_vocab);
+    a[0].finished = true;
+  }, true);
+  return out;
+}
+
+EngineStats OffloadEngine::stats() const {
+  EngineStats s = stats_;
+  exec_->add_stats(s);
+  s.peak_bytes["cpu"] = ram_->peak();
+  if (disk_->peak() > 0) s.peak_bytes["disk"] = disk_->peak();
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_offload_engine(const Model& model, const EngineOptions& options) {
+  return std::make_unique<OffloadEngine>(model, options);
+}
+
+}  // namespace strata

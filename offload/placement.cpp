@@ -1,0 +1,192 @@
+// Placement (placement.h): weight cuts by error diffusion, KV page homes.
+#include "offload/placement.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/model.h"
+
+namespace strata {
+
+namespace {
+
+// Bytes the pack stores for a tensor of `desc` under `options`.
+uint64_t packed_bytes(const TensorInfo& t, const PackOptions& options) {
+  const DType dt = pack_dtype(t.name, t.shape, t.dtype, options);
+  if (dt == t.dtype) return t.nbytes;
+  return static_cast<uint64_t>(t.shape[0]) * row_bytes(dt, t.shape[1]);
+}
+
+// floor((p + 1) f) > floor(p f): page p is one of the fraction f of pages
+// (with a tolerance so that f = 1 selects every page despite rounding).
+bool selects(double f, int64_t p) {
+  if (f >= 1 - 1e-12) return true;
+  if (f <= 1e-12) return false;
+  const double a = std::floor(static_cast<double>(p) * f + 1e-9);
+  const double b = std::floor(static_cast<double>(p + 1) * f + 1e-9);
+  return b > a;
+}
+
+}  // namespace
+
+void validate_fractions(const PlacementFractions& f) {
+  const std::pair<const char*, double> each[] = {{"weights on gpu", f.w_gpu},
+                                                 {"weights on cpu", f.w_cpu},
+                                                 {"KV cache on gpu", f.kv_gpu},
+                                                 {"KV cache on cpu", f.kv_cpu},
+                                                 {"activations on gpu", f.act_gpu},
+                                                 {"activations on cpu", f.act_cpu}};
+  for (const auto& [what, v] : each) {
+    if (!(v >= 0 && v <= 1)) fail("placement: {} is {}; a fraction must be in [0, 1]", what, v);
+  }
+  const std::tuple<const char*, double, double> kinds[] = {
+      {"weights", f.w_gpu, f.w_cpu}, {"KV cache", f.kv_gpu, f.kv_cpu},
+      {"activations", f.act_gpu, f.act_cpu}};
+  for (const auto& [what, g, c] : kinds) {
+    if (g + c > 1 + 1e-9) {
+      fail("placement: {} on gpu {} + cpu {} is more than 1; disk holds the rest", what, g, c);
+    }
+  }
+}
+
+PlacementFractions fold_for_device(const PlacementFractions& f, bool unified) {
+  if (!unified) return f;
+  PlacementFractions u = f;
+  u.w_cpu = std::min(1.0, f.w_gpu + f.w_cpu);
+  u.kv_cpu = std::min(1.0, f.kv_gpu + f.kv_cpu);
+  u.act_cpu = std::min(1.0, f.act_gpu + f.act_cpu);
+  u.w_gpu = u.kv_gpu = u.act_gpu = 0;
+  return u;
+}
+
+const UnitPlacement* WeightPlacement::find(const std::string& name) const {
+  for (const UnitPlacement& u : units) {
+    if (u.name == name) return &u;
+  }
+  return nullptr;
+}
+
+uint64_t WeightPlacement::bytes(Tier t) const {
+  uint64_t n = 0;
+  for (const UnitPlacement& u : units) n += u.matrix_bytes[static_cast<size_t>(t)];
+  return n;
+}
+
+uint64_t WeightPlacement::vector_bytes() const {
+  uint64_t n = 0;
+  for (const UnitPlacement& u : units) n += u.vector_bytes;
+  return n;
+}
+
+uint64_t WeightPlacement::largest_disk_read() const {
+  uint64_t n = 0;
+  for (const UnitPlacement& u : units) n = std::max(n, u.disk_read_bytes);
+  return n;
+}
+
+bool WeightPlacement::any_on_disk() const {
+  for (const UnitPlacement& u : units) {
+    if (u.on_disk()) return true;
+  }
+  return false;
+}
+
+WeightPlacement place_weights(const ModelDesc& desc, const PackOptions& options,
+                              const PlacementFractions& f) {
+  validate_fractions(f);
+  WeightPlacement wp;
+  // Bytes placed so far on disk and on gpu, against the bytes seen so far.
+  double seen = 0, placed_disk = 0, placed_gpu = 0;
+  const double disk = f.w_disk();
+  for (const PackLayoutUnit& lu : pack_layout(desc)) {
+    UnitPlacement u;
+    u.name = lu.name;
+    u.layer = lu.layer;
+    u.n_tensors = lu.tensors.size();
+    std::vector<uint64_t> bytes(u.n_tensors);
+    u.first_matrix = u.n_tensors;
+    for (size_t i = 0; i < u.n_tensors; ++i) {
+      const TensorInfo& t = *lu.tensors[i];
+      bytes[i] = packed_bytes(t, options);
+      if (t.shape.size() == 2) {
+        u.first_matrix = std::min(u.first_matrix, i);
+      } else {
+        STRATA_ASSERT_MSG(u.first_matrix == u.n_tensors, "pack unit {}: vector {} after a matrix",
+                          u.name, t.name);
+        // Resident as f32, each vector 64-byte aligned (ResidentWeights).
+        u.vector_bytes += static_cast<uint64_t>((t.n_elems() + 15) / 16 * 16) * sizeof(float);
+      }
+    }
+    // tail[k]: matrix bytes of tensors [k, n).
+    std::vector<uint64_t> tail(u.n_tensors + 1, 0);
+    for (size_t i = u.n_tensors; i-- > u.first_matrix;) tail[i] = tail[i + 1] + bytes[i];
+    for (size_t i = u.first_matrix; i-- > 0;) tail[i] = tail[i + 1];
+    const double total = static_cast<double>(tail[u.first_matrix]);
+    seen += total;
+    // The disk tail first: the cut k whose tail brings the disk bytes
+    // closest to disk * seen (ties: less on disk). Then the gpu head within
+    // what stays in RAM, the same way.
+    u.first_disk = u.n_tensors;
+    double best_err = INFINITY;
+    for (size_t k = u.n_tensors + 1; k-- > u.first_matrix;) {
+      const double err = std::fabs(placed_disk + static_cast<double>(tail[k]) - disk * seen);
+      if (err < best_err - 1e-6) {
+        best_err = err;
+        u.first_disk = k;
+      }
+    }
+    u.first_cpu = u.first_matrix;
+    best_err = INFINITY;
+    for (size_t k = u.first_matrix; k <= u.first_disk; ++k) {
+      const double head = static_cast<double>(tail[u.first_matrix] - tail[k]);
+      const double err = std::fabs(placed_gpu + head - f.w_gpu * seen);
+      if (err < best_err - 1e-6) {
+        best_err = err;
+        u.first_cpu = k;
+      }
+    }
+    placed_disk += static_cast<double>(tail[u.first_disk]);
+    placed_gpu += static_cast<double>(tail[u.first_matrix] - tail[u.first_cpu]);
+    u.matrix_bytes[static_cast<size_t>(Tier::kGpu)] = tail[u.first_matrix] - tail[u.first_cpu];
+    u.matrix_bytes[static_cast<size_t>(Tier::kCpu)] = tail[u.first_cpu] - tail[u.first_disk];
+    u.matrix_bytes[static_cast<size_t>(Tier::kDisk)] = tail[u.first_disk];
+    // The pack lays tensors out at kPackTensorAlign: the read runs from the
+    // first disk tensor to the end of the last one.
+    if (u.first_disk < u.n_tensors) {
+      for (size_t i = u.first_disk; i + 1 < u.n_tensors; ++i) {
+        u.disk_read_bytes += align_up(bytes[i], kPackTensorAlign);
+      }
+      u.disk_read_bytes += bytes[u.n_tensors - 1];
+    }
+    wp.units.push_back(std::move(u));
+  }
+  return wp;
+}
+
+Tier kv_page_home(const PlacementFractions& f, int64_t page_index) {
+  if (!selects(f.kv_gpu + f.kv_cpu, page_index)) return Tier::kDisk;
+  return selects(f.kv_gpu, page_index) ? Tier::kGpu : Tier::kCpu;
+}
+
+PageTier to_page_tier(Tier t) {
+  switch (t) {
+    case Tier::kGpu:
+      return PageTier::kGpu;
+    case Tier::kCpu:
+      return PageTier::kCpu;
+    case Tier::kDisk:
+      return PageTier::kDisk;
+  }
+  return PageTier::kCpu;
+}
+
+std::string describe_fractions(const PlacementFractions& f) {
+  auto pct = [](double x) { return fmt::format("{:.4g}", 100 * std::max(0.0, x)); };
+  return fmt::format("weights {}/{}/{}%, KV {}/{}/{}%, activations {}/{}/{}% (gpu/cpu/disk)",
+                     pct(f.w_gpu), pct(f.w_cpu), pct(f.w_disk()), pct(f.kv_gpu), pct(f.kv_cpu),
+                     pct(f.kv_disk()), pct(f.act_gpu), pct(f.act_cpu), pct(f.act_disk()));
+}
+
+}  // namespace strata

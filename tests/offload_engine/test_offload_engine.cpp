@@ -1,0 +1,391 @@
+// Generation with weights and KV pages on disk against the all-in-RAM run,
+// on every fixture model, for a grid of placements (weights 0/50/100% on
+// disk, KV in RAM or on disk, activations in RAM) and micro-batch shapes
+// (1x1, 2x3, 4x2): the same tokens and bit-identical logits at every step
+// when the micro-batch sizes are the same (a placement moves bytes, never
+// the arithmetic), the bytes each link carries, and logits within f32
+// rounding across micro-batch sizes (bound derived below). Also: budgets
+// too small fail before any work with the needed size, an unwritable
+// offload directory fails with its name, and the trace of a run.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/engine_test_util.h"
+#include "model/model.h"
+#include "offload/engine.h"
+#include "offload/offload_test_util.h"
+#include "offload/pack.h"
+#include "offload/placement.h"
+#include "offload/trace.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag) {
+    path = fs::temp_directory_path() /
+           ("strata-offload-engine-" + tag + "-" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path, ec);
+  }
+};
+
+struct Fixture {
+  std::string name;
+  std::unique_ptr<Model> model;
+  std::vector<std::vector<int32_t>> prompts;  // 8 prompts of 1..25 tokens
+};
+
+Fixture load(const std::string& name) {
+  Fixture f;
+  f.name = name;
+  const auto golden = test::load_json(std::string(STRATA_TEST_DATA) + "/golden/" + name + ".json");
+  f.model = Model::open(std::string(STRATA_TEST_DATA) + "/" + golden["model"].get<std::string>());
+  std::vector<std::vector<int32_t>> g;
+  for (const auto& p : golden["prompts"]) g.push_back(p["ids"].get<std::vector<int32_t>>());
+  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  auto head = [](const std::vector<int32_t>& a, size_t n) {
+    return std::vector<int32_t>(a.begin(), a.begin() + static_cast<long>(std::min(n, a.size())));
+  };
+  f.prompts = {g[0], g[1], g[2], head(g[0], 3), cat(g[1], g[2]), head(g[2], 9), head(g[1], 1),
+               cat(g[0], g[1])};
+  return f;
+}
+
+// The six fractions: weights and KV on disk as asked, activations in RAM.
+EngineOptions options(const Fixture& f, int64_t g, int64_t k, double w_disk, bool kv_disk,
+                      const fs::path& dir, DType compute = DType::kF32) {
+  EngineOptions o;
+  o.compute_dtype = compute;
+  o.kv_dtype = default_kv_dtype(compute);
+  o.gpu_batch_size = g;
+  o.num_gpu_batches = k;
+  o.page_size = 4;  // short prompts span several pages, full and partial
+  o.threads = 2;
+  o.kv_budget_bytes = uint64_t{64} << 20;
+  o.w_gpu = 0;
+  o.w_cpu = 1 - w_disk;
+  o.kv_gpu = 0;
+  o.kv_cpu = kv_disk ? 0 : 1;
+  o.offload_dir = (dir / f.name).string();
+  return o;
+}
+
+constexpr int32_t kNewTokens = 9;
+
+struct GenRun {
+  std::vector<std::vector<int32_t>> tokens;              // [seq][step]
+  std::vector<std::vector<std::vector<float>>> logits;  // [seq][step][vocab]
+  EngineStats stats;
+};
+
+// Greedy generation of every prompt in blocks of the engine's size.
+GenRun generate(Engine& e, const std::vector<std::vector<int32_t>>& prompts) {
+  const int64_t V = e.config().n_vocab;
+  GenRun r;
+  r.tokens.resize(prompts.size());
+  r.logits.resize(prompts.size());
+  for (size_t b0 = 0; b0 < prompts.size(); b0 += static_cast<size_t>(e.block_size())) {
+    const size_t n = std::min(prompts.size() - b0, static_cast<size_t>(e.block_size()));
+    std::vector<SeqInput> in(n);
+    for (size_t i = 0; i < n; ++i) in[i] = {prompts[b0 + i], kNewTokens};
+    e.run_block(in, [&](int, std::span<const int32_t> active, const float* logits,
+                        std::span<SeqAction> out) {
+      for (size_t a = 0; a < active.size(); ++a) {
+        const float* row = logits + static_cast<int64_t>(a) * V;
+        const size_t s = b0 + static_cast<size_t>(active[a]);
+        r.logits[s].emplace_back(row, row + V);
+        r.tokens[s].push_back(test::argmax(row, V));
+        out[a].next_token = r.tokens[s].back();
+      }
+    });
+  }
+  r.stats = e.stats();
+  return r;
+}
+
+// The weight bytes a run reads from disk: every step reads the disk share of
+// every column (whole pages), the head's being the embeddings' when tied.
+uint64_t weight_bytes_per_step(const Fixture& f, double w_disk) {
+  PlacementFractions fr;
+  fr.w_cpu = 1 - w_disk;
+  const WeightPlacement wp = place_weights(f.model->desc(), PackOptions{}, fr);
+  uint64_t n = 0;
+  auto read = [&](const std::string& unit) {
+    const UnitPlacement* u = wp.find(unit);
+    return u ? (u->disk_read_bytes + 4095) / 4096 * 4096 : 0;
+  };
+  n += read("embed");
+  for (int64_t l = 0; l < f.model->config().n_layer; ++l) n += read("blk." + std::to_string(l));
+  n += f.model->config().tie_embeddings ? read("embed") : read("output");
+  return n;
+}
+
+uint64_t link_bytes(const EngineStats& s, const std::string& name) {
+  auto it = s.links.find(name);
+  return it == s.links.end() ? 0 : it->second.bytes;
+}
+
+// The bound for logits computed with other micro-batch sizes, f32 compute:
+// only the matrix products see the batch (their row count), and a product
+// of another height may sum each dot product in another order. A sum of k
+// terms rounded in f32 (u = 2^-24) in any order carries an error of at most
+// (k - 1) u sum|x_i w_i|, and with rounding errors of independent signs a
+// typical one of u sqrt(k/2)-ish times the output scale; two orders differ
+// by up to twice that. Each of the S = 4 n_layer + 1 matrix stages a logit
+// depends on adds such a relative error of its output scale, with unit gain
+// along the residual stream, so the logits differ by about
+// 2 u sqrt(k_max / 2) sqrt(S) of their scale; the largest of the ~1e4
+// compared values stays within 4.5 standard deviations, and the scale is
+// bounded by max|logit|; plus u max|logit| for the final rounding.
+double micro_batch_bound(const ModelConfig& c, double max_abs_logit) {
+  const double u = std::ldexp(1.0, -24);
+  const double k_max = static_cast<double>(std::max({c.n_embd, c.n_ff, c.n_head * c.head_dim}));
+  const double stages = 4.0 * static_cast<double>(c.n_layer) + 1.0;
+  return (4.5 * 2 * u * std::sqrt(k_max / 2) * std::sqrt(stages) + u) * max_abs_logit;
+}
+
+class OffloadGrid : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OffloadGrid, EveryPlacementGivesTheTokensAndLogitsOfTheAllInRamRun) {
+  const Fixture f = load(GetParam());
+  TempDir dir("grid");
+  std::map<std::pair<int64_t, int64_t>, GenRun> refs;
+  for (const auto& [g, k] : {std::pair<int64_t, int64_t>{1, 1}, {2, 3}, {4, 2}}) {
+    auto ref_engine = make_engine(*f.model, options(f, g, k, 0, false, dir.path));
+    const GenRun ref = generate(*ref_engine, f.prompts);
+    EXPECT_TRUE(ref.stats.links.empty()) << "the all-in-RAM run moves nothing";
+    for (double w_disk : {0.0, 0.5, 1.0}) {
+      for (bool kv_disk : {false, true}) {
+        if (w_disk == 0 && !kv_disk) continue;
+        const std::string what = f.name + " " + std::to_string(g) + "x" + std::to_string(k) +
+                                  " weights " + std::to_string(w_disk) + " on disk, KV " +
+                                  (kv_disk ? "on disk" : "in RAM");
+        auto e = make_engine(*f.model, options(f, g, k, w_disk, kv_disk, dir.path));
+        const GenRun r = generate(*e, f.prompts);
+        ASSERT_EQ(r.tokens, ref.tokens) << what;
+        for (size_t s = 0; s < f.prompts.size(); ++s) {
+          ASSERT_EQ(r.logits[s].size(), ref.logits[s].size()) << what;
+          for (size_t i = 0; i < r.logits[s].size(); ++i) {
+            ASSERT_EQ(std::memcmp(r.logits[s][i].data(), ref.logits[s][i].data(),
+                                  r.logits[s][i].size() * sizeof(float)),
+                      0)
+                << what << ": logits of sequence " << s << " step " << i
+                << " are not bit-identical";
+          }
+        }
+        // Bytes on the links: the weights' disk share once per column per
+        // step; KV pages written as they fill and read back in decode.
+        const int64_t n_blocks =
+            (static_cast<int64_t>(f.prompts.size()) + e->block_size() - 1) / e->block_size();
+        const uint64_t w_read = static_cast<uint64_t>(n_blocks * kNewTokens) *
+                                weight_bytes_per_step(f, w_disk);
+        if (!kv_disk) {
+          EXPECT_EQ(link_bytes(r.stats, "disk->cpu"), w_read) << what;
+          EXPECT_EQ(link_bytes(r.stats, "cpu->disk"), 0u) << what;
+        } else {
+          EXPECT_GT(link_bytes(r.stats, "disk->cpu"), w_read) << what;
+          EXPECT_GT(link_bytes(r.stats, "cpu->disk"), 0u) << what;
+          EXPECT_GT(r.stats.peak_bytes.at("disk"), 0u) << what;
+        }
+        if (w_disk > 0) {
+          EXPECT_GT(w_read, 0u) << what;
+        }
+        EXPECT_GT(r.stats.queue_busy_s.at("load"), 0) << what;
+      }
+    }
+    refs[{g, k}] = ref;
+  }
+  // Across micro-batch sizes: within f32 rounding of the matrix products.
+  const GenRun& one = refs.at({1, 1});
+  for (const auto& [shape, r] : refs) {
+    double max_d = 0, max_ref = 0;
+    for (size_t s = 0; s < f.prompts.size(); ++s) {
+      for (float x : one.logits[s][0]) max_ref = std::max(max_ref, std::fabs(static_cast<double>(x)));
+    }
+    const double bound = micro_batch_bound(f.model->config(), max_ref);
+    for (size_t s = 0; s < f.prompts.size(); ++s) {
+      for (size_t v = 0; v < one.logits[s][0].size(); ++v) {
+        const double d = std::fabs(static_cast<double>(r.logits[s][0][v]) - one.logits[s][0][v]);
+        max_d = std::max(max_d, d);
+        ASSERT_LE(d, bound) << f.name << " " << shape.first << "x" << shape.second
+                            << " sequence " << s << " token " << v;
+      }
+    }
+    std::printf("[ %s %ldx%ld ] prefill logits vs 1x1: max|d| %.3g, bound %.3g\n", f.name.c_str(),
+                static_cast<long>(shape.first), static_cast<long>(shape.second), max_d, bound);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OffloadGrid,
+                         ::testing::Values("opt", "llama", "qwen2", "llama-gguf"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
+
+// bf16 compute with f16 KV: the placement still changes nothing.
+TEST(Offload, Bf16ComputeIsBitIdenticalToo) {
+  const Fixture f = load("llama");
+  TempDir dir("bf16");
+  auto ref_engine = make_engine(*f.model, options(f, 2, 3, 0, false, dir.path, DType::kBF16));
+  auto e = make_engine(*f.model, options(f, 2, 3, 0.5, true, dir.path, DType::kBF16));
+  const GenRun ref = generate(*ref_engine, f.prompts), r = generate(*e, f.prompts);
+  ASSERT_EQ(r.tokens, ref.tokens);
+  for (size_t s = 0; s < f.prompts.size(); ++s) {
+    for (size_t i = 0; i < r.logits[s].size(); ++i) ASSERT_EQ(r.logits[s][i], ref.logits[s][i]);
+  }
+}
+
+TEST(Offload, ScoringWithWeightsAndKvOnDiskEqualsAllInRam) {
+  const Fixture f = load("qwen2");
+  TempDir dir("score");
+  auto ref_engine = make_engine(*f.model, options(f, 1, 1, 0, false, dir.path));
+  auto e = make_engine(*f.model, options(f, 1, 1, 1.0, true, dir.path));
+  const std::vector<int32_t> seq = f.prompts[7];
+  EXPECT_EQ(e->score(seq), ref_engine->score(seq));
+  EXPECT_GT(link_bytes(e->stats(), "cpu->disk"), 0u) << "full pages of the scored sequence";
+}
+
+// The trace of a run: one span per compute step, load and store.
+TEST(Offload, TraceHasASpanForEveryComputeLoadAndStore) {
+  const Fixture f = load("llama");
+  TempDir dir("trace");
+  EngineOptions o = options(f, 2, 2, 0.5, true, dir.path);
+  o.trace = std::make_shared<Trace>();
+  auto e = make_engine(*f.model, o);
+  std::vector<std::vector<int32_t>> four(f.prompts.begin(), f.prompts.begin() + 4);
+  generate(*e, four);
+  const int64_t n_col = f.model->config().n_layer + 2;
+  int64_t compute = 0, load = 0, store = 0;
+  for (const Trace::Span& s : o.trace->spans()) {
+    compute += s.queue == "compute";
+    load += s.queue == "load";
+    store += s.queue == "store";
+    EXPECT_GE(s.dur_us, 0);
+  }
+  EXPECT_EQ(compute, kNewTokens * n_col * 2);
+  EXPECT_GE(load, kNewTokens * (n_col - 2) / 2);
+  EXPECT_GT(store, 0);
+  const auto j = nlohmann::json::parse(o.trace->to_json());
+  int64_t x = 0;
+  for (const auto& ev : j["traceEvents"]) x += ev["ph"] == "X";
+  EXPECT_EQ(x, compute + load + store);
+}
+
+TEST(Offload, BudgetsTooSmallFailBeforeAnyWorkWithTheNeededSize) {
+  const Fixture f = load("llama");
+  TempDir dir("budget");
+  {
+    EngineOptions o = options(f, 4, 2, 0, false, dir.path);
+    o.cpu_mem = 64 << 10;  // the weights alone are larger
+    try {
+      make_engine(*f.model, o);
+      FAIL() << "expected an Error";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("RAM budget 64.0K"), std::string::npos) << m;
+      EXPECT_NE(m.find("is below the"), std::string::npos) << m;
+      EXPECT_NE(m.find("--cpu-mem"), std::string::npos) << m;
+    }
+    EXPECT_FALSE(fs::exists(dir.path / f.name)) << "nothing was built";
+  }
+  {
+    // Enough for the weights, not for a planned block of 8 x (400 + 100).
+    EngineOptions o = options(f, 4, 2, 0, false, dir.path);
+    o.cpu_mem = 2 << 20;
+    o.plan_prompt_tokens = 400;
+    o.plan_new_tokens = 100;
+    try {
+      make_engine(*f.model, o);
+      FAIL() << "expected an Error";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("a block of 8 sequences of up to 499 tokens needs"), std::string::npos) << m;
+      EXPECT_NE(m.find("KV cache"), std::string::npos) << m;
+    }
+    // Without the plan the engine is made, and the block fails before it computes.
+    o.plan_prompt_tokens = o.plan_new_tokens = 0;
+    auto e = make_engine(*f.model, o);
+    std::vector<SeqInput> in(8, SeqInput{std::vector<int32_t>(400, 5), 100});
+    bool stepped = false;
+    EXPECT_THROW(e->run_block(in, [&](int, std::span<const int32_t>, const float*,
+                                      std::span<SeqAction>) { stepped = true; }),
+                 Error);
+    EXPECT_FALSE(stepped);
+    EXPECT_EQ(e->stats().generated_tokens, 0);
+    // A block that fits still runs on the same engine.
+    const GenRun r = generate(*e, {f.prompts[0]});
+    EXPECT_EQ(r.tokens[0].size(), static_cast<size_t>(kNewTokens));
+  }
+  {
+    EngineOptions o = options(f, 1, 1, 1.0, false, dir.path);
+    o.disk_mem = 4096;
+    try {
+      make_engine(*f.model, o);
+      FAIL() << "expected an Error";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("disk budget 4.00K (--disk-mem"), std::string::npos) << m;
+      EXPECT_NE(m.find("of weights this placement puts on disk"), std::string::npos) << m;
+    }
+  }
+  {
+    EngineOptions o = options(f, 1, 1, 0, false, dir.path);
+    o.act_cpu = 0.5;
+    EXPECT_THROW(make_engine(*f.model, o), Error);  // activations on disk: refused clearly
+    o.act_cpu = 1;
+    o.w_cpu = 0.7;
+    o.w_gpu = 0.7;
+    EXPECT_THROW(make_engine(*f.model, o), Error);
+  }
+}
+
+TEST(Offload, UnwritableOffloadDirectoryFailsNamingIt) {
+  const Fixture f = load("opt");
+  TempDir dir("ro");
+  const fs::path ro = dir.path / "ro";
+  fs::create_directories(ro);
+  ::chmod(ro.c_str(), 0555);
+  offload_test::NoPermissionOverride no_override;
+  if (!offload_test::dir_is_unwritable(ro)) GTEST_SKIP() << "cannot make a read-only directory here";
+  for (const auto& [w_disk, kv_disk] : {std::pair{1.0, false}, {0.0, true}}) {
+    EngineOptions o = options(f, 2, 1, w_disk, kv_disk, dir.path);
+    o.offload_dir = (ro / "sub").string();
+    try {
+      auto e = make_engine(*f.model, o);
+      generate(*e, {f.prompts[2]});
+      FAIL() << "expected an Error";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(ro.string()), std::string::npos) << m;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata
