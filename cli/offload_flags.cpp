@@ -70,13 +70,16 @@ std::string machine_key(const std::string& offload_dir) {
   return fmt::format("{:016x}", fnv1a(id));
 }
 
-// Runs `strata profile --quick` (this executable) into `path`.
+// Runs `strata profile --quick --disk-bytes 1G` (this executable) into
+// `path`: quick compute measurements, but a disk file large enough for reads
+// in the pattern of weight loads (64M requests) to reach their steady rate.
 void measure_profile(const std::string& offload_dir, const std::string& path) {
   char exe[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) fail("--policy auto: cannot find the strata executable to measure this machine; pass --hardware FILE");
-  std::vector<std::string> args = {exe,         "--log-level", "warn",  "profile",
-                                   "--quick",   "--offload-dir", offload_dir, "-o", path};
+  std::vector<std::string> args = {exe,     "--log-level",   "warn",      "profile",
+                                   "--quick", "--disk-bytes",  "1G",        "--offload-dir",
+                                   offload_dir, "-o",          path};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -92,7 +95,7 @@ void measure_profile(const std::string& offload_dir, const std::string& path) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fail("--policy auto: measuring this machine (`strata profile --quick --offload-dir {}`) "
+    fail("--policy auto: measuring this machine (`strata profile --quick --disk-bytes 1G --offload-dir {}`) "
          "failed; run it yourself to see why, or pass --hardware FILE",
          offload_dir);
   }
@@ -119,7 +122,7 @@ HardwareProfile this_machine(const std::string& offload_dir) {
     }
   }
   spdlog::info(
-      "policy auto: measuring this machine once (strata profile --quick, disk in {}); cached in {}",
+      "policy auto: measuring this machine once (strata profile --quick --disk-bytes 1G, disk in {}); cached in {}",
       offload_dir, path);
   measure_profile(offload_dir, path);
   return load_hardware_profile(path);

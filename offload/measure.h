@@ -76,10 +76,19 @@ struct DiskMeasureOptions {
   size_t kv_block_bytes = size_t{128} << 10;  // KV page writes (multiple of kDiskAlign)
   uint64_t kv_bytes = uint64_t{256} << 20;    // written per KV pass (at most file_bytes)
   int repeats = 3;                            // timed passes of each kind
+  // Reads as the offload engine loads weights: requests of stream_bytes (a
+  // layer's share), stream_in_flight of them (double buffering), each cut by
+  // the disk engine into chunk_bytes pieces with chunk_depth in flight.
+  size_t stream_bytes = size_t{64} << 20;
+  int stream_in_flight = 2;
+  size_t chunk_bytes = size_t{1} << 20;
+  int chunk_depth = 16;
 };
 
 struct DiskRates {
   RunTimes read, write, write_kv;  // seconds per pass
+  RunTimes read_stream;            // seconds per read pass as the engine loads weights
+  size_t stream_bytes = 0;
   uint64_t file_bytes = 0;         // bytes per read or write pass
   uint64_t kv_pass_bytes = 0;      // bytes per KV write pass
   size_t block_bytes = 0, kv_block_bytes = 0;
@@ -87,6 +96,9 @@ struct DiskRates {
   bool direct = true;   // false: the filesystem has no O_DIRECT, the page cache was in the way
   std::string backend;  // "io_uring" or "threads"
   double read_bytes_per_s() const { return read.rate(static_cast<double>(file_bytes)); }
+  double read_stream_bytes_per_s() const {
+    return read_stream.rate(static_cast<double>(file_bytes / stream_bytes * stream_bytes));
+  }
   double write_bytes_per_s() const { return write.rate(static_cast<double>(file_bytes)); }
   double write_kv_bytes_per_s() const { return write_kv.rate(static_cast<double>(kv_pass_bytes)); }
 };

@@ -318,8 +318,6 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options)
   res_disk_weights_ = disk_->reserve(wplace_.bytes(Tier::kDisk), "weights on disk");
 
   DiskEngineOptions deo;
-  if (const char* c = std::getenv("STRATA_TMP_CHUNK_MB")) deo.chunk_bytes = size_t(std::atoi(c)) << 20;
-  if (const char* c = std::getenv("STRATA_TMP_DEPTH")) deo.queue_depth = std::atoi(c);
   if (weights_->staging_bytes() > 0) {
     for (WeightSlot& s : wslots_) {
       s.mem = ram_->allocate(weights_->staging_bytes(), "weight staging buffer");
