@@ -20,7 +20,9 @@
 #     >= 85% of fio's best;
 #   decode step of run 1 <= 1.15 x max(weight bytes per step / fio's best,
 #     decode step of run 3);
-#   |measured - predicted| total throughput of run 4 <= 25% of measured.
+#   |measured - predicted| total throughput of run 4 <= 25% of measured;
+#   5. all weights on disk requantized to q4 (--compress-weight q4): bytes
+#      read per step <= 0.3 x f16's, and the decode step time beside run 1's.
 # Reports and the trace of run 1 go to OUT_DIR. O_DIRECT reads bypass the
 # page cache, so no cache dropping is needed (or done).
 #
@@ -105,6 +107,10 @@ echo "# 4. --policy auto with --cpu-mem $auto_cpu_mem"
   --report "$out/auto.json" 2>&1 |
   grep -E "policy auto|error" || true
 
+echo "# 5. all weights on disk, requantized to q4 (--compress-weight q4, groups of 64; its own pack)"
+"$strata" "${run[@]}" --batch "$batch" --percent 0 0 0 100 0 100 --offload-dir "$off-q4" \
+  --compress-weight q4 --report "$out/disk-q4.json" | grep -E "decode|link|total  "
+
 python3 - "$out" "$gen_len" <<'EOF'
 import json, sys
 out, gen = sys.argv[1], int(sys.argv[2])
@@ -131,6 +137,12 @@ print(f"weights read per step                       {per_step:8.3f} GB    / fio 
 print(f"decode step, all in RAM                     {ram_step:8.3f} s")
 print(f"decode step, all weights on disk            {disk_step:8.3f} s   {disk_step / bound:5.2f} x max({per_step / fio_bw:.3f}, {ram_step:.3f}) (target <= 1.15)")
 print(f"total, weights on disk / in RAM             {disk['total_tokens_per_s']:8.2f} / {ram['total_tokens_per_s']:.2f} tok/s")
+q4 = json.load(open(f"{out}/disk-q4.json"))
+q4_step_bytes = q4["links"]["disk->cpu"]["bytes"] / gen / 1e9
+q4_step = q4["decode_s"] / (gen - 1)
+print(f"weights q4 on disk: read per step            {q4_step_bytes:8.3f} GB   {q4_step_bytes / per_step:5.3f} x f16 (target <= 0.3)")
+print(f"  decode step                               {q4_step:8.3f} s   {q4_step / disk_step:5.3f} x f16's; "
+      f"bound max({q4_step_bytes / fio_bw:.3f}, {ram_step:.3f}) s")
 pol = auto["policy"]
 print(f"--policy auto: block {pol['block_size']} ({pol['gpu_batch_size']} x {pol['num_gpu_batches']}), "
       f"weights {100 * pol['weights']['disk']:.1f}% on disk, KV {100 * pol['kv_cache']['disk']:.1f}% on disk")
