@@ -656,15 +656,53 @@ bool kv_quant_ok(DType dtype, int64_t head_dim) {
   return is_quantized(dtype) && head_dim > 0 && row_elems_ok(dtype, head_dim);
 }
 
-Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int64_t q_stride,
+void kv_rotate_groups(const float* x, float* y, int64_t n, int64_t group) {
+  const float norm = 1.0f / std::sqrt(static_cast<float>(group));
+  for (int64_t g0 = 0; g0 < n; g0 += group) {
+    float* z = y + g0;
+    std::memcpy(z, x + g0, static_cast<size_t>(group) * sizeof(float));
+    for (int64_t len = 1; len < group; len <<= 1) {
+      for (int64_t i = 0; i < group; i += 2 * len) {
+        for (int64_t j = i; j < i + len; ++j) {
+          const float a = z[j], b = z[j + len];
+          z[j] = a + b;
+          z[j + len] = a - b;
+        }
+      }
+    }
+    for (int64_t j = 0; j < group; ++j) z[j] *= norm;
+  }
+}
+
+namespace {
+
+// The queries of a batch with every head's groups rotated as the keys are
+// (kv_rotate_groups): [n_tokens, n_head * head_dim], rows packed.
+const float* rotated_queries(const float* q, int64_t q_stride, int64_t n_tokens, int64_t n_head,
+                             const KvPages& kv, std::vector<float>& buf) {
+  const int64_t row = n_head * kv.head_dim;
+  const int64_t group = dtype_info(kv.dtype).block_elems;
+  buf.resize(static_cast<size_t>(n_tokens * row));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    kv_rotate_groups(q + t * q_stride, buf.data() + t * row, row, group);
+  }
+  return buf.data();
+}
+
+}  // namespace
+
+Status paged_attention_quant(float* out, int64_t out_stride, const float* q_in, int64_t q_stride_in,
                              int64_t n_head, const KvPages& kv, const AttentionBatch& batch,
                              float scale) {
   int64_t n_tokens = 0, max_new = 0, work = 0;
-  if (Status s =
-          check_batch(out, out_stride, q, q_stride, n_head, kv, batch, &n_tokens, &max_new, &work);
+  if (Status s = check_batch(out, out_stride, q_in, q_stride_in, n_head, kv, batch, &n_tokens,
+                             &max_new, &work);
       s != Status::kOk || n_tokens == 0) {
     return s;
   }
+  thread_local std::vector<float> q_buf;
+  const float* q = rotated_queries(q_in, q_stride_in, n_tokens, n_head, kv, q_buf);
+  const int64_t q_stride = n_head * kv.head_dim;
   // The split of paged_attention: (sequence, kv head, chunk of its query
   // heads, tile of query tokens), last tiles first.
   const int64_t group = n_head / kv.n_kv_head;
@@ -703,15 +741,18 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
   return Status::kOk;
 }
 
-Status paged_attention_quant_ref(float* out, int64_t out_stride, const float* q,
-                                 int64_t q_stride, int64_t n_head, const KvPages& kv,
+Status paged_attention_quant_ref(float* out, int64_t out_stride, const float* q_in,
+                                 int64_t q_stride_in, int64_t n_head, const KvPages& kv,
                                  const AttentionBatch& batch, float scale) {
   int64_t n_tokens = 0, max_new = 0, work = 0;
-  if (Status s =
-          check_batch(out, out_stride, q, q_stride, n_head, kv, batch, &n_tokens, &max_new, &work);
+  if (Status s = check_batch(out, out_stride, q_in, q_stride_in, n_head, kv, batch, &n_tokens,
+                             &max_new, &work);
       s != Status::kOk || n_tokens == 0) {
     return s;
   }
+  std::vector<float> q_buf;
+  const float* q = rotated_queries(q_in, q_stride_in, n_tokens, n_head, kv, q_buf);
+  const int64_t q_stride = n_head * kv.head_dim;
   const int64_t hd = kv.head_dim;
   const size_t hrb = head_row_bytes(kv);
   const int64_t group = n_head / kv.n_kv_head;
@@ -772,11 +813,15 @@ Status kv_append_quant(void* const* k_pages, void* const* v_pages, int64_t n_pag
   const int64_t row = n_kv_head * head_dim;
   // Groups divide head_dim, so the token's whole row quantizes as its heads do.
   const size_t trb = row_bytes(dtype, row);
+  const int64_t group = dtype_info(dtype).block_elems;
 #pragma omp parallel for schedule(static) num_threads(threads_for(n_tokens * row * 2))
   for (int64_t t = 0; t < n_tokens; ++t) {
+    thread_local std::vector<float> kr;
+    kr.resize(static_cast<size_t>(row));
+    kv_rotate_groups(k + t * k_stride, kr.data(), row, group);
     const int64_t id = slots[t] / page_size;
     const size_t off = static_cast<size_t>(slots[t] % page_size) * trb;
-    quantize_row(dtype, k + t * k_stride, static_cast<char*>(k_pages[id]) + off, row);
+    quantize_row(dtype, kr.data(), static_cast<char*>(k_pages[id]) + off, row);
     quantize_row(dtype, v + t * v_stride, static_cast<char*>(v_pages[id]) + off, row);
   }
   if (k_min == nullptr || k_max == nullptr) return Status::kOk;
@@ -816,13 +861,15 @@ Status kv_append_quant_ref(void* const* k_pages, void* const* v_pages, int64_t n
   }
   const int64_t row = n_kv_head * head_dim;
   const size_t hrb = row_bytes(dtype, head_dim);
+  std::vector<float> kr(static_cast<size_t>(head_dim));
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t id = slots[t] / page_size;
     const int64_t off = slots[t] % page_size;
     for (int64_t g = 0; g < n_kv_head; ++g) {
       const size_t at = static_cast<size_t>(off * n_kv_head + g) * hrb;
-      quantize_row_ref(dtype, k + t * k_stride + g * head_dim, static_cast<char*>(k_pages[id]) + at,
-                       head_dim);
+      kv_rotate_groups(k + t * k_stride + g * head_dim, kr.data(), head_dim,
+                       dtype_info(dtype).block_elems);
+      quantize_row_ref(dtype, kr.data(), static_cast<char*>(k_pages[id]) + at, head_dim);
       quantize_row_ref(dtype, v + t * v_stride + g * head_dim, static_cast<char*>(v_pages[id]) + at,
                        head_dim);
     }

@@ -6,6 +6,19 @@
 // row_bytes(dtype, head_dim) bytes; slots, page tables and batches are as in
 // kernels/cpu/attention.h, whose entry points forward quantized pages here.
 //
+// Keys are stored rotated: each group of G values of a key row is multiplied
+// by the orthonormal Hadamard matrix H_G (Sylvester order, entries
+// +-1/sqrt(G); kv_rotate_groups) before it is quantized, and attention
+// multiplies every query's groups by the same H_G. H_G is symmetric and
+// orthogonal, so (H q).(H k) = q.k: the scores are unchanged up to rounding,
+// and the quantization error keeps its size (an orthogonal map preserves the
+// norm of the error). What changes is the range a group is quantized over:
+// keys carry a few channels far larger than the rest, which set the range of
+// their group and leave the other channels a level or two; rotated, every
+// element is a mix of all of the group's channels and the range follows the
+// group's norm. Values are not rotated. This is what makes q4 keys usable
+// (README, compression).
+//
 // Appending quantizes each new k/v row with quant's fast quantizer (bit for
 // bit quantize_row_ref). Attention dequantizes on the fly, one block of
 // kAttentionKeyBlock keys of one kv head at a time into an L1 tile (exactly
@@ -28,6 +41,13 @@
 #include "kernels/status.h"
 
 namespace strata::cpu {
+
+// y = the rotation of x (n values, a multiple of group, group a power of 2):
+// each group of `group` values multiplied by H_group / sqrt(group) with the
+// butterflies of a fast Walsh-Hadamard transform, in a fixed order (the one
+// definition: append, attention and their references all call it). x and y
+// must not overlap.
+void kv_rotate_groups(const float* x, float* y, int64_t n, int64_t group);
 
 // True when pages of `dtype` can hold rows of head_dim values: a quantized
 // format whose group divides head_dim.

@@ -10,7 +10,9 @@
 // Attention bound: the kernel reads exactly the values the reference reads
 // (dequantization is bit for bit dequantize_row_ref's), so the f32 attention
 // bound of tests/kernels_cpu/test_attention.cpp applies unchanged, with k and
-// v the dequantized values (u = 2^-24, e = kExpRelErr, B = key blocks):
+// v the dequantized values and q rotated as the stored keys are (the kernel
+// and the reference rotate it with the same kv_rotate_groups, so both see the
+// same bits) (u = 2^-24, e = kExpRelErr, B = key blocks):
 //   |out_d - ref_d| <= (2 E_max + 2 (B + 1)(e + R u) + (n_keys + 2B + 6) u)
 //                      * sum_j p_j |v_jd|  + u |ref_d|,
 // E_max = (hd + 2) u scale max_j sum_d |q_d k_jd|, R the range of the scores.
@@ -177,7 +179,12 @@ std::vector<double> attention_bound(const Pool& pool, const Batch& b, const std:
         const int64_t n_keys = len - n_new + i + 1;
         const int64_t blocks = (n_keys + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          const float* qr = q.data() + tok * q_stride + h * hd;
+          // The query as the kernel and the reference see it: rotated as the
+          // stored keys are (both call kv_rotate_groups, so it is exact here).
+          std::vector<float> qh(static_cast<size_t>(hd));
+          kv_rotate_groups(q.data() + tok * q_stride + h * hd, qh.data(), hd,
+                           dtype_info(pool.dtype).block_elems);
+          const float* qr = qh.data();
           std::vector<double> sc(static_cast<size_t>(n_keys));
           double e_max = 0, mx = -INFINITY, mn = INFINITY;
           for (int64_t j = 0; j < n_keys; ++j) {
@@ -298,7 +305,7 @@ TEST(KvAppendQuant, MatchesReferenceBitForBitAndKeepsF32KeyMinMax) {
       auto k = random_keys(n, row + 2, seed++);
       auto v = test::random_floats(static_cast<size_t>(n * (row + 2)), -3, 3, seed++);
       if (n > 3) {
-        for (int64_t e = 0; e < row; ++e) k[3 * (row + 2) + e] = 0.75f;  // constant row
+        for (int64_t e = 0; e < row; ++e) v[3 * (row + 2) + e] = 0.75f;  // constant row
         k[1 * (row + 2) + 7] = NAN;       // a NaN key element
         v[2 * (row + 2) + 9] = INFINITY;  // a non-finite value: its group dequantizes to NaN
       }
@@ -351,9 +358,80 @@ TEST(KvAppendQuant, MatchesReferenceBitForBitAndKeepsF32KeyMinMax) {
                                 [](char c) { return c == kFill; }));
       }
     }
-    // A constant row comes back exactly.
-    const auto k0 = a.row_values(a.k, 5, 1);  // slot 5: the constant row of the first call
-    for (float x : k0) EXPECT_EQ(x, 0.75f);
+    // A constant value row comes back exactly (values are stored unrotated).
+    const auto v0 = a.row_values(a.v, 5, 1);  // slot 5: the constant row of the first call
+    for (float x : v0) EXPECT_EQ(x, 0.75f);
+  }
+}
+
+// Keys are stored rotated: each group times H_G / sqrt(G). Bounds, with
+// s = log2(G) + 1 rounding stages (the butterflies and the scaling), u = 2^-24:
+// one pass errs per element by at most s u sum|x| / sqrt(G) <= s u ||x||_2;
+// applied twice (H_G / sqrt(G) is orthonormal and its own inverse), the first
+// pass's error keeps its norm, <= sqrt(G) s u ||x|| ... <= s u sum|x|, and the
+// second pass adds s u ||x||, so |H H x - x| <= 2 s u sum|x| per element.
+// A dot product of two rotated groups errs by at most
+// ||e_q|| ||x|| + ||e_x|| ||q|| (+ second order) <= 2 sqrt(G) s u ||q|| ||x||.
+// A one-hot group maps to a flat one of +-1/sqrt(G), and a stored key row
+// dequantized and rotated back is within the format's rounding of the key.
+TEST(KvRotate, IsItsOwnInverseAndKeepsDotProducts) {
+  for (int64_t g : {32, 64, 128}) {
+    SCOPED_TRACE(g);
+    const int64_t n = 3 * g;
+    const auto x = test::random_floats(static_cast<size_t>(n), -4, 4, 11);
+    const auto q = test::random_floats(static_cast<size_t>(n), -4, 4, 12);
+    std::vector<float> hx(n), hhx(n), hq(n);
+    kv_rotate_groups(x.data(), hx.data(), n, g);
+    kv_rotate_groups(hx.data(), hhx.data(), n, g);
+    kv_rotate_groups(q.data(), hq.data(), n, g);
+    const double stages = std::log2(static_cast<double>(g)) + 1;
+    for (int64_t b = 0; b < n; b += g) {
+      double sum_abs = 0, dot = 0, dot_h = 0, qx_abs = 0, norm_q = 0, norm_x = 0;
+      for (int64_t i = b; i < b + g; ++i) {
+        sum_abs += std::fabs(x[i]);
+        dot += double(q[i]) * x[i];
+        dot_h += double(hq[i]) * hx[i];
+        qx_abs += std::fabs(double(q[i]) * x[i]);
+        norm_q += double(q[i]) * q[i];
+        norm_x += double(x[i]) * x[i];
+      }
+      for (int64_t i = b; i < b + g; ++i) {
+        EXPECT_NEAR(hhx[i], x[i], 2 * stages * kU32 * sum_abs) << i;
+      }
+      const double tol = 2 * stages * kU32 * std::sqrt(norm_q * norm_x) * std::sqrt(double(g)) +
+                         g * kU32 * qx_abs;
+      EXPECT_NEAR(dot_h, dot, tol);
+    }
+    std::vector<float> one(g, 0.0f), h1(g);
+    one[5] = 1.0f;
+    kv_rotate_groups(one.data(), h1.data(), g, g);
+    for (int64_t i = 0; i < g; ++i) {
+      EXPECT_EQ(std::fabs(h1[i]), 1.0f / std::sqrt(static_cast<float>(g))) << i;
+    }
+  }
+  // A stored key, dequantized and rotated back: within q8a32's rounding
+  // (half a step of its group's range, (max - min) / 255, on the rotated
+  // values; the inverse rotation keeps the error's norm).
+  const int64_t hd = 64;
+  Pool pool(DType::kQ8A32, 4, 1, hd, 1);
+  const auto k = test::random_floats(hd, -3, 3, 21);
+  const auto v = test::random_floats(hd, -3, 3, 22);
+  const int64_t slot = 2;
+  ASSERT_EQ(kv_append_quant(pool.k.data(), pool.v.data(), 1, DType::kQ8A32, 4, 1, hd, k.data(), hd,
+                            v.data(), hd, &slot, 1, nullptr, nullptr),
+            Status::kOk);
+  const auto stored = pool.row_values(pool.k, slot, 0);
+  std::vector<float> hk(hd), back(hd);
+  kv_rotate_groups(k.data(), hk.data(), hd, 32);
+  kv_rotate_groups(stored.data(), back.data(), hd, 32);
+  for (int64_t b = 0; b < hd; b += 32) {
+    const float mn = *std::min_element(hk.begin() + b, hk.begin() + b + 32);
+    const float mx = *std::max_element(hk.begin() + b, hk.begin() + b + 32);
+    double err2 = 0;
+    for (int64_t i = b; i < b + 32; ++i) err2 += (back[i] - k[i]) * double(back[i] - k[i]);
+    // Every rotated element within half a step (plus f16 scale rounding):
+    // the group's error norm at most sqrt(32) of that.
+    EXPECT_LE(std::sqrt(err2), std::sqrt(32.0) * 0.51 * (mx - mn) / 255 + 1e-5) << b;
   }
 }
 
