@@ -58,8 +58,9 @@ struct CompressionFlags {
 
   void add(CLI::App& sub) {
     sub.add_option("--compress-kv", kv,
-                   "Store the KV cache quantized per token along head_dim (keys Hadamard-rotated "
-                   "per group first): none, q4 or q8 (asymmetric; q4s, q8s symmetric), or f16")
+                   "Store the KV cache quantized (values per token in groups along head_dim, "
+                   "keys per channel over each page): none, q4 or q8 (asymmetric; q4s, q8s: "
+                   "symmetric values), or f16")
         ->capture_default_str();
     sub.add_option("--kv-group", kv_group,
                    "KV quantization group: 32, 64 or 128 values (must divide head_dim)")

@@ -196,7 +196,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double a = kActBytes;
 
   const double w_bytes = pol.compress_weight.bytes_per_elem(shape.weight_bytes);
-  const double kv_bytes = pol.compress_kv.bytes_per_elem(kActBytes);
+  const double kv_bytes = pol.compress_kv.kv_bytes_per_elem(kActBytes);
   const double layer_elems = static_cast<double>(shape.layer_weight_elems());
   const double head_elems = static_cast<double>(shape.head_weight_elems());
   const double w_layer = layer_elems * w_bytes;  // one layer's weights

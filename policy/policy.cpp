@@ -1,6 +1,8 @@
 // Policy data, checks and YAML; see policy.h.
 #include "policy/policy.h"
 
+#include <algorithm>
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -104,6 +106,13 @@ double Compression::bytes_per_elem(double uncompressed) const {
   STRATA_ASSERT_MSG(t.has_value(), "unchecked compression {}", to_string());
   const DTypeInfo& info = dtype_info(*t);
   return static_cast<double>(info.block_bytes) / static_cast<double>(info.block_elems);
+}
+
+double Compression::kv_bytes_per_elem(double uncompressed) const {
+  if (!enabled()) return uncompressed;
+  constexpr double kPageTokens = 16;  // the KV cache's page size
+  const double keys = (bits <= 4 ? 0.5 : 1.0) + 4.0 / kPageTokens;
+  return std::max(keys, bytes_per_elem(uncompressed));
 }
 
 std::string Compression::to_string() const {

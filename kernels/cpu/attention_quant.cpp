@@ -11,9 +11,6 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
@@ -39,6 +36,197 @@ inline const uint8_t* kv_row(const KvPages& kv, const void* const* pages, const 
   const char* page = static_cast<const char*>(pages[ids[key / kv.page_size]]);
   return reinterpret_cast<const uint8_t*>(page) +
          static_cast<size_t>(key % kv.page_size * kv.n_kv_head + g) * hrb;
+}
+
+// ---- keys per channel (see the header) ----
+
+constexpr uint16_t kF16NaN = 0x7e00;
+
+// The f16 next to h towards -inf / +inf (h finite or infinite, not NaN).
+inline uint16_t f16_step_down(uint16_t h) {
+  if (h & 0x8000) return (h & 0x7fff) == 0x7c00 ? h : static_cast<uint16_t>(h + 1);
+  return h == 0 ? uint16_t{0x8001} : static_cast<uint16_t>(h - 1);
+}
+inline uint16_t f16_step_up(uint16_t h) {
+  if (h & 0x8000) return h == 0x8000 ? uint16_t{0x0001} : static_cast<uint16_t>(h - 1);
+  return h == 0x7c00 ? h : static_cast<uint16_t>(h + 1);
+}
+// x rounded to an f16 no greater (no less) than x.
+inline uint16_t f16_floor(float x) {
+  const uint16_t h = f32_to_f16(x);
+  return f16_to_f32(h) > x ? f16_step_down(h) : h;
+}
+inline uint16_t f16_ceil(float x) {
+  const uint16_t h = f32_to_f16(x);
+  return f16_to_f32(h) < x ? f16_step_up(h) : h;
+}
+
+struct KeyLayout {
+  int bits = 4;
+  int levels = 15;
+  int64_t page_size = 0, n_kv_head = 0, head_dim = 0;
+  size_t channel_bytes = 0;  // code bytes of one channel
+  KeyLayout(DType t, int64_t ps, int64_t nkv, int64_t hd)
+      : bits(kv_key_bits(t)),
+        levels((1 << bits) - 1),
+        page_size(ps),
+        n_kv_head(nkv),
+        head_dim(hd),
+        channel_bytes(static_cast<size_t>((ps * bits + 7) / 8)) {}
+  size_t grids_bytes() const { return static_cast<size_t>(n_kv_head * head_dim) * 4; }
+  uint16_t* grid(void* page, int64_t g, int64_t d) const {
+    return reinterpret_cast<uint16_t*>(static_cast<char*>(page) +
+                                       static_cast<size_t>(g * head_dim + d) * 4);
+  }
+  const uint16_t* grid(const void* page, int64_t g, int64_t d) const {
+    return grid(const_cast<void*>(page), g, d);
+  }
+  uint8_t* codes(void* page, int64_t g, int64_t d) const {
+    return reinterpret_cast<uint8_t*>(static_cast<char*>(page) + grids_bytes() +
+                                      static_cast<size_t>(g * head_dim + d) * channel_bytes);
+  }
+  const uint8_t* codes(const void* page, int64_t g, int64_t d) const {
+    return codes(const_cast<void*>(page), g, d);
+  }
+  int get(const uint8_t* c, int64_t t) const {
+    return bits == 8 ? c[t] : (c[t >> 1] >> (4 * (t & 1))) & 15;
+  }
+  void set(uint8_t* c, int64_t t, int v) const {
+    if (bits == 8) {
+      c[t] = static_cast<uint8_t>(v);
+    } else {
+      const int sh = 4 * static_cast<int>(t & 1);
+      c[t >> 1] = static_cast<uint8_t>((c[t >> 1] & ~(15 << sh)) | (v << sh));
+    }
+  }
+};
+
+// The code of x on grid (m, d): (x - m) / d rounded to nearest (ties to
+// even), clamped to [0, levels].
+inline int key_code(float x, float m, float d, int levels) {
+  if (!(d > 0.0f)) return 0;
+  const float c = std::nearbyint((x - m) / d);
+  return c <= 0.0f ? 0 : c >= static_cast<float>(levels) ? levels : static_cast<int>(c);
+}
+
+inline float key_value(int c, float m, float d) {
+  const float v = d * static_cast<float>(c);
+  return v + m;
+}
+
+// Appends n new keys x[i * x_stride] at page offsets off[i] to channel
+// (g, d) of a K page whose offsets below n_old hold keys already.
+void append_key_channel(const KeyLayout& L, void* page, int64_t g, int64_t d, int64_t n_old,
+                        const float* x, int64_t x_stride, const int64_t* off, int64_t n) {
+  uint16_t* grid = L.grid(page, g, d);
+  uint8_t* codes = L.codes(page, g, d);
+  bool bad = false;
+  float lo = INFINITY, hi = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i * x_stride];
+    if (!std::isfinite(v)) bad = true;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  float d0 = 0.0f, m0 = 0.0f;
+  if (n_old > 0) {
+    d0 = f16_to_f32(grid[0]);
+    m0 = f16_to_f32(grid[1]);
+    if (std::isnan(d0) || std::isnan(m0)) bad = true;
+  }
+  if (bad) {
+    grid[0] = grid[1] = kF16NaN;
+    for (int64_t i = 0; i < n; ++i) L.set(codes, off[i], 0);
+    return;
+  }
+  const float top0 = m0 + static_cast<float>(L.levels) * d0;
+  float m = m0, dd = d0;
+  if (n_old == 0 || lo < m0 || hi > top0) {
+    if (n_old > 0) {
+      lo = std::min(lo, m0);
+      hi = std::max(hi, top0);
+    }
+    const uint16_t m16 = f16_floor(lo);
+    m = f16_to_f32(m16);
+    const uint16_t d16 = f16_ceil((hi - m) / static_cast<float>(L.levels));
+    dd = f16_to_f32(d16);
+    if (!std::isfinite(m) || !std::isfinite(dd)) {  // beyond f16's range
+      grid[0] = grid[1] = kF16NaN;
+      for (int64_t i = 0; i < n; ++i) L.set(codes, off[i], 0);
+      return;
+    }
+    for (int64_t t = 0; t < n_old; ++t) {
+      L.set(codes, t, key_code(key_value(L.get(codes, t), m0, d0), m, dd, L.levels));
+    }
+    grid[0] = d16;
+    grid[1] = m16;
+  }
+  for (int64_t i = 0; i < n; ++i) L.set(codes, off[i], key_code(x[i * x_stride], m, dd, L.levels));
+}
+
+// Keys t0 .. t0 + n - 1 (page offsets) of kv head g, dequantized into
+// columns col .. col + n - 1 of kt[d][.] (channel-major: one channel of
+// kAttentionKeyBlock keys per row, as the per-channel codes lie).
+void dequant_keys(const KeyLayout& L, const void* page, int64_t g, int64_t t0, int64_t n,
+                  float (*kt)[kKeyBlock], int64_t col) {
+  for (int64_t d = 0; d < L.head_dim; ++d) {
+    const uint16_t* grid = L.grid(page, g, d);
+    const float dd = f16_to_f32(grid[0]), m = f16_to_f32(grid[1]);
+    const uint8_t* codes = L.codes(page, g, d);
+    float* out = kt[d] + col;
+    if (L.bits == 8) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) out[i] = key_value(codes[t0 + i], m, dd);
+    } else if ((t0 & 1) == 0) {
+      const uint8_t* c = codes + (t0 >> 1);
+      const int64_t pairs = n >> 1;
+#pragma omp simd
+      for (int64_t i = 0; i < pairs; ++i) {
+        out[2 * i] = key_value(c[i] & 15, m, dd);
+        out[2 * i + 1] = key_value(c[i] >> 4, m, dd);
+      }
+      if (n & 1) out[n - 1] = key_value(c[pairs] & 15, m, dd);
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = key_value(L.get(codes, t0 + i), m, dd);
+    }
+  }
+}
+
+// The keys of one call grouped by page: runs of token indices (in slot
+// order within a page), with the offsets they write and the number of keys
+// the page held before.
+struct KeyRun {
+  int64_t page = 0, n_old = 0;
+  std::vector<int64_t> tokens, offsets;
+};
+std::vector<KeyRun> key_runs(const int64_t* slots, int64_t n_tokens, int64_t page_size) {
+  std::vector<int64_t> order(static_cast<size_t>(n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t) order[static_cast<size_t>(t)] = t;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return slots[a] < slots[b]; });
+  std::vector<KeyRun> runs;
+  for (int64_t t : order) {
+    const int64_t page = slots[t] / page_size;
+    if (runs.empty() || runs.back().page != page) {
+      runs.push_back({page, slots[t] % page_size, {}, {}});
+    }
+    runs.back().tokens.push_back(t);
+    runs.back().offsets.push_back(slots[t] % page_size);
+  }
+  return runs;
+}
+
+// Appends the keys of one run for kv head g (every channel).
+void append_key_run(const KeyLayout& L, void* page, const KeyRun& r, int64_t g, const float* k,
+                    int64_t k_stride, std::vector<float>& xs) {
+  const int64_t n = static_cast<int64_t>(r.tokens.size());
+  xs.resize(static_cast<size_t>(n));
+  for (int64_t d = 0; d < L.head_dim; ++d) {
+    for (int64_t i = 0; i < n; ++i) {
+      xs[static_cast<size_t>(i)] = k[r.tokens[static_cast<size_t>(i)] * k_stride + g * L.head_dim + d];
+    }
+    append_key_channel(L, page, g, d, r.n_old, xs.data(), 1, r.offsets.data(), n);
+  }
 }
 
 // Validates a batch as paged_attention does; on success *n_tokens is the
@@ -118,414 +306,6 @@ inline void fold(float x, float* mn, float* mx) {
   *mx = (x > *mx || x != x) ? x : *mx;
 }
 
-#if defined(__x86_64__)
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
-
-// Elements c .. c+15 of a quantized row (c a multiple of 16, the 16 inside
-// one block), dequantized exactly as dequantize_row_ref does: the f16 scale
-// and minimum widened exactly (F16C), then d*q (+ m) as a multiply and an
-// add. 4-bit blocks keep element j in the low nibble of byte j and element
-// j + G/2 in the high one, so 16 consecutive elements are the low or the
-// high nibbles of 16 consecutive bytes.
-template <DType T>
-STRATA_AVX512 inline __m512 dequant16(const uint8_t* row, int64_t c) {
-  using B = block_of_t<T>;
-  constexpr int64_t G = B::kGroup;
-  constexpr DTypeInfo info = dtype_info_constexpr(T);
-  const B* b = reinterpret_cast<const B*>(row) + c / G;
-  const int64_t j = c % G;
-  const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
-  if constexpr (info.bits == 8) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + j));
-    if constexpr (info.symmetric) {
-      return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)), d);
-    } else {
-      const __m512 m = _mm512_set1_ps(_cvtsh_ss(b->m));
-      return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(raw)), d), m);
-    }
-  } else {
-    constexpr int64_t H = G / 2;
-    const __m512i w = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + (j < H ? j : j - H))));
-    const __m512i qi =
-        j < H ? _mm512_and_si512(w, _mm512_set1_epi32(0x0f)) : _mm512_srli_epi32(w, 4);
-    if constexpr (info.symmetric) {
-      return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(qi, _mm512_set1_epi32(8))), d);
-    } else {
-      const __m512 m = _mm512_set1_ps(_cvtsh_ss(b->m));
-      return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(qi), d), m);
-    }
-  }
-}
-
-// Pair p (0 <= p < head_dim / 32) of 16-element chunks of a quantized row
-// that share one load of quantized bytes and one widening of d and m: for
-// 4-bit formats the low and high nibbles of 16 bytes (elements G/2 apart),
-// for 8-bit formats 32 consecutive bytes. *c0, *c1: the chunks' first
-// elements. Values as dequant16 gives them.
-template <DType T>
-STRATA_AVX512 inline void dequant32(const uint8_t* row, int64_t p, __m512* x0, __m512* x1,
-                                    int64_t* c0, int64_t* c1) {
-  using B = block_of_t<T>;
-  constexpr int64_t G = B::kGroup;
-  constexpr DTypeInfo info = dtype_info_constexpr(T);
-  constexpr int64_t per_block = G / 32;
-  const int64_t blk = p / per_block, k = p % per_block;
-  const B* b = reinterpret_cast<const B*>(row) + blk;
-  const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
-  __m512 f0, f1;
-  if constexpr (info.bits == 8) {
-    *c0 = blk * G + 32 * k;
-    *c1 = *c0 + 16;
-    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 32 * k));
-    const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 32 * k + 16));
-    if constexpr (info.symmetric) {
-      f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(r0));
-      f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(r1));
-    } else {
-      f0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(r0));
-      f1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(r1));
-    }
-  } else {
-    *c0 = blk * G + 16 * k;
-    *c1 = *c0 + G / 2;
-    const __m512i w =
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16 * k)));
-    __m512i lo = _mm512_and_si512(w, _mm512_set1_epi32(0x0f));
-    __m512i hi = _mm512_srli_epi32(w, 4);
-    if constexpr (info.symmetric) {
-      lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(8));
-      hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(8));
-    }
-    f0 = _mm512_cvtepi32_ps(lo);
-    f1 = _mm512_cvtepi32_ps(hi);
-  }
-  if constexpr (info.symmetric) {
-    *x0 = _mm512_mul_ps(f0, d);
-    *x1 = _mm512_mul_ps(f1, d);
-  } else {
-    const __m512 m = _mm512_set1_ps(_cvtsh_ss(b->m));
-    *x0 = _mm512_add_ps(_mm512_mul_ps(f0, d), m);
-    *x1 = _mm512_add_ps(_mm512_mul_ps(f1, d), m);
-  }
-}
-
-// In-place transpose of a 16 x 16 f32 block held in 16 registers.
-STRATA_AVX512 inline void transpose16(__m512* r) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-  }
-}
-
-// Scores of NR query rows against a transposed block of 16 keys: out[i] =
-// sum_d qs[i][d] * kt[d] (a vector over the keys), in named registers.
-template <int NR>
-STRATA_AVX512 inline void score_rows(const float (*qs)[kMaxHeadDim], const float (*kt)[16],
-                                     int64_t hd, __m512* out) {
-  __m512 s[NR];
-  for (int i = 0; i < NR; ++i) s[i] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < hd; ++d) {
-    const __m512 kd = _mm512_load_ps(kt[d]);
-#pragma GCC unroll 8
-    for (int i = 0; i < NR; ++i) s[i] = _mm512_fmadd_ps(_mm512_set1_ps(qs[i][d]), kd, s[i]);
-  }
-  for (int i = 0; i < NR; ++i) out[i] = s[i];
-}
-
-using ScoreFn = void (*)(const float (*)[kMaxHeadDim], const float (*)[16], int64_t, __m512*);
-constexpr int kScoreRows = 8;
-constexpr ScoreFn kScoreFns[kScoreRows + 1] = {nullptr,       score_rows<1>, score_rows<2>,
-                                               score_rows<3>, score_rows<4>, score_rows<5>,
-                                               score_rows<6>, score_rows<7>, score_rows<8>};
-
-// One work item (see attend_tile below) with AVX-512: each block of 16 keys
-// is dequantized 16 dims at a time straight into registers and transposed to
-// kt[d][key], so a query row scores the 16 keys with head_dim multiply-adds;
-// values are dequantized row-major into vt and accumulated 16 dims at a time.
-// head_dim is a multiple of 32 (a group divides it), so no lane is masked.
-template <DType T>
-STRATA_AVX512 void attend_tile_avx512(float* out, int64_t out_stride, const float* q,
-                                      int64_t q_stride, const KvPages& kv, const int32_t* ids,
-                                      int64_t g, int64_t h0, int64_t n_h, int64_t tok0,
-                                      int64_t n_tok, int64_t pos0, float scale) {
-  static_assert(kKeyBlock == 16);
-  const int64_t hd = kv.head_dim;
-  const size_t hrb = static_cast<size_t>(hd / block_of_t<T>::kGroup) * sizeof(block_of_t<T>);
-  const int64_t n_rows = n_tok * n_h;
-  alignas(64) float qs[kMaxRows][kMaxHeadDim];
-  alignas(64) float acc[kMaxRows][kMaxHeadDim];
-  alignas(64) float kt[kMaxHeadDim][16];
-  alignas(64) float vt[16][kMaxHeadDim];
-  alignas(64) float p[kMaxRows][16];
-  float m[kMaxRows];
-  float l[kMaxRows];
-  int64_t pos[kMaxRows];
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const int64_t t = r / n_h;
-    const float* qr = q + (tok0 + t) * q_stride + (h0 + r % n_h) * hd;
-    for (int64_t c = 0; c < hd; c += 16) {
-      _mm512_store_ps(&qs[r][c], _mm512_mul_ps(_mm512_loadu_ps(qr + c), _mm512_set1_ps(scale)));
-      _mm512_store_ps(&acc[r][c], _mm512_setzero_ps());
-    }
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-    pos[r] = pos0 + t;
-  }
-  const int64_t n_keys = pos0 + n_tok;  // keys 0 .. last position
-  for (int64_t j0 = 0; j0 < n_keys; j0 += 16) {
-    const int64_t jn = std::min<int64_t>(16, n_keys - j0);
-    const uint8_t* rows[16];
-    for (int64_t i = 0; i < jn; ++i) rows[i] = kv_row(kv, kv.k, ids, j0 + i, g, hrb);
-    for (int64_t c = 0; c < hd; c += 16) {
-      __m512 blk[16];
-      for (int64_t i = 0; i < 16; ++i) {
-        blk[i] = i < jn ? dequant16<T>(rows[i], c) : _mm512_setzero_ps();
-      }
-      transpose16(blk);
-      for (int64_t i = 0; i < 16; ++i) _mm512_store_ps(kt[c + i], blk[i]);
-    }
-    for (int64_t r0 = 0; r0 < n_rows; r0 += kScoreRows) {
-      const int64_t nr = std::min<int64_t>(kScoreRows, n_rows - r0);
-      __m512 s[kScoreRows];
-      kScoreFns[nr](&qs[r0], kt, hd, s);
-      for (int64_t i = 0; i < nr; ++i) {
-        const int64_t r = r0 + i;
-        const int64_t visible = std::clamp<int64_t>(pos[r] - j0 + 1, 0, jn);
-        const __mmask16 vis = static_cast<__mmask16>((1u << visible) - 1);
-        const __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vis, s[i]);
-        const float mb = _mm512_reduce_max_ps(sv);
-        const float m_new = std::max(m[r], mb);
-        if (m_new == -INFINITY) {  // no visible key yet for this row
-          _mm512_store_ps(p[r], _mm512_setzero_ps());
-          continue;
-        }
-        const __m512 pv = exp_fast_avx512(_mm512_sub_ps(sv, _mm512_set1_ps(m_new)));
-        _mm512_store_ps(p[r], pv);
-        const float corr = exp_fast(m[r] - m_new);
-        l[r] = l[r] * corr + _mm512_reduce_add_ps(pv);
-        m[r] = m_new;
-        if (corr != 1.0f) {
-          for (int64_t c = 0; c < hd; c += 16) {
-            _mm512_store_ps(&acc[r][c],
-                            _mm512_mul_ps(_mm512_load_ps(&acc[r][c]), _mm512_set1_ps(corr)));
-          }
-        }
-      }
-    }
-    for (int64_t i = 0; i < jn; ++i) {
-      const uint8_t* row = kv_row(kv, kv.v, ids, j0 + i, g, hrb);
-      for (int64_t c = 0; c < hd; c += 16) _mm512_store_ps(&vt[i][c], dequant16<T>(row, c));
-    }
-    for (int64_t r = 0; r < n_rows; ++r) {
-      for (int64_t c = 0; c < hd; c += 16) {
-        __m512 a = _mm512_load_ps(&acc[r][c]);
-        for (int64_t i = 0; i < jn; ++i) {
-          a = _mm512_fmadd_ps(_mm512_set1_ps(p[r][i]), _mm512_load_ps(&vt[i][c]), a);
-        }
-        _mm512_store_ps(&acc[r][c], a);
-      }
-    }
-  }
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const int64_t t = r / n_h;
-    float* o = out + (tok0 + t) * out_stride + (h0 + r % n_h) * hd;
-    const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
-    for (int64_t c = 0; c < hd; c += 16) {
-      _mm512_storeu_ps(o + c, _mm512_mul_ps(_mm512_load_ps(&acc[r][c]), inv));
-    }
-  }
-}
-
-// Decode (one query token, at most 4 query rows per kv head): no transposes.
-// Each key's K row is dequantized 16 dims at a time into registers and
-// multiplied into one 16-lane partial per query row; the 16 partials of a
-// block's keys are then summed lane-wise by a transpose-add tree into one
-// vector of 16 scores. Values are dequantized into registers and added into
-// the rows' sums directly.
-struct KeySums {
-  __m512 l1, l2, l3, out;
-};
-
-// Pair I of a block (keys 2I and 2I + 1): after pair 7, t.out lane j holds
-// the lane sum of key j's partial.
-template <int I>
-STRATA_AVX512 inline void key_sums_push(KeySums& t, __m512 a, __m512 b) {
-  // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3].
-  const __m512 x = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  if constexpr (I % 2 == 0) {
-    t.l1 = x;
-    return;
-  }
-  // Per 128-bit lane: sums of keys 4i .. 4i + 3 of that lane.
-  const __m512d p = _mm512_castps_pd(t.l1), q = _mm512_castps_pd(x);
-  const __m512 y = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(p, q)),
-                                 _mm512_castpd_ps(_mm512_unpackhi_pd(p, q)));
-  if constexpr (I % 4 == 1) {
-    t.l2 = y;
-    return;
-  }
-  const __m512 z =
-      _mm512_add_ps(_mm512_shuffle_f32x4(t.l2, y, 0x88), _mm512_shuffle_f32x4(t.l2, y, 0xdd));
-  if constexpr (I == 3) {
-    t.l3 = z;
-    return;
-  }
-  t.out = _mm512_add_ps(_mm512_shuffle_f32x4(t.l3, z, 0x88), _mm512_shuffle_f32x4(t.l3, z, 0xdd));
-}
-
-template <DType T, int NR, int I>
-STRATA_AVX512 inline void score_pair(const float (*qs)[kMaxHeadDim], const uint8_t* const* kr,
-                                     int64_t hd, KeySums* t) {
-  __m512 a[NR], b[NR];
-  for (int r = 0; r < NR; ++r) a[r] = b[r] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < hd / 32; ++p) {
-    __m512 ka0, ka1, kb0, kb1;
-    int64_t c0, c1;
-    dequant32<T>(kr[2 * I], p, &ka0, &ka1, &c0, &c1);
-    dequant32<T>(kr[2 * I + 1], p, &kb0, &kb1, &c0, &c1);
-    for (int r = 0; r < NR; ++r) {
-      const __m512 q0 = _mm512_load_ps(&qs[r][c0]);
-      const __m512 q1 = _mm512_load_ps(&qs[r][c1]);
-      a[r] = _mm512_fmadd_ps(q1, ka1, _mm512_fmadd_ps(q0, ka0, a[r]));
-      b[r] = _mm512_fmadd_ps(q1, kb1, _mm512_fmadd_ps(q0, kb0, b[r]));
-    }
-  }
-  for (int r = 0; r < NR; ++r) key_sums_push<I>(t[r], a[r], b[r]);
-}
-
-template <DType T, int NR>
-STRATA_AVX512 void decode_rows_avx512(float* out, int64_t out_stride, const float* q,
-                                      int64_t q_stride, const KvPages& kv, const int32_t* ids,
-                                      int64_t g, int64_t h0, int64_t tok, int64_t n_keys,
-                                      float scale) {
-  const int64_t hd = kv.head_dim;
-  const size_t hrb = static_cast<size_t>(hd / block_of_t<T>::kGroup) * sizeof(block_of_t<T>);
-  alignas(64) float qs[NR][kMaxHeadDim];
-  alignas(64) float acc[NR][kMaxHeadDim];
-  alignas(64) float p[NR][16];
-  float m[NR], l[NR];
-  for (int r = 0; r < NR; ++r) {
-    const float* qr = q + tok * q_stride + (h0 + r) * hd;
-    for (int64_t c = 0; c < hd; c += 16) {
-      _mm512_store_ps(&qs[r][c], _mm512_mul_ps(_mm512_loadu_ps(qr + c), _mm512_set1_ps(scale)));
-      _mm512_store_ps(&acc[r][c], _mm512_setzero_ps());
-    }
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-  }
-  for (int64_t j0 = 0; j0 < n_keys; j0 += 16) {
-    const int64_t jn = std::min<int64_t>(16, n_keys - j0);
-    const uint8_t* kr[16];
-    const uint8_t* vr[16];
-    for (int64_t i = 0; i < jn; ++i) {
-      kr[i] = kv_row(kv, kv.k, ids, j0 + i, g, hrb);
-      vr[i] = kv_row(kv, kv.v, ids, j0 + i, g, hrb);
-    }
-    for (int64_t i = jn; i < 16; ++i) kr[i] = kr[0];  // scored, then masked out
-    KeySums t[NR];
-    score_pair<T, NR, 0>(qs, kr, hd, t);
-    score_pair<T, NR, 1>(qs, kr, hd, t);
-    score_pair<T, NR, 2>(qs, kr, hd, t);
-    score_pair<T, NR, 3>(qs, kr, hd, t);
-    score_pair<T, NR, 4>(qs, kr, hd, t);
-    score_pair<T, NR, 5>(qs, kr, hd, t);
-    score_pair<T, NR, 6>(qs, kr, hd, t);
-    score_pair<T, NR, 7>(qs, kr, hd, t);
-    const __mmask16 vis = static_cast<__mmask16>((1u << jn) - 1);
-    float corr[NR];
-    for (int r = 0; r < NR; ++r) {
-      const __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vis, t[r].out);
-      const float m_new = std::max(m[r], _mm512_reduce_max_ps(sv));
-      if (m_new == -INFINITY) {
-        _mm512_store_ps(p[r], _mm512_setzero_ps());
-        corr[r] = 1.0f;
-        continue;
-      }
-      const __m512 pv = exp_fast_avx512(_mm512_sub_ps(sv, _mm512_set1_ps(m_new)));
-      _mm512_store_ps(p[r], pv);
-      corr[r] = exp_fast(m[r] - m_new);
-      l[r] = l[r] * corr[r] + _mm512_reduce_add_ps(pv);
-      m[r] = m_new;
-    }
-    for (int64_t pr = 0; pr < hd / 32; ++pr) {
-      int64_t c0, c1;
-      __m512 v0, v1;
-      dequant32<T>(vr[0], pr, &v0, &v1, &c0, &c1);
-      __m512 a0[NR], a1[NR];
-      for (int r = 0; r < NR; ++r) {
-        a0[r] = _mm512_load_ps(&acc[r][c0]);
-        a1[r] = _mm512_load_ps(&acc[r][c1]);
-        if (corr[r] != 1.0f) {
-          a0[r] = _mm512_mul_ps(a0[r], _mm512_set1_ps(corr[r]));
-          a1[r] = _mm512_mul_ps(a1[r], _mm512_set1_ps(corr[r]));
-        }
-      }
-      for (int64_t i = 0; i < jn; ++i) {
-        if (i > 0) dequant32<T>(vr[i], pr, &v0, &v1, &c0, &c1);
-        for (int r = 0; r < NR; ++r) {
-          const __m512 pi = _mm512_set1_ps(p[r][i]);
-          a0[r] = _mm512_fmadd_ps(pi, v0, a0[r]);
-          a1[r] = _mm512_fmadd_ps(pi, v1, a1[r]);
-        }
-      }
-      for (int r = 0; r < NR; ++r) {
-        _mm512_store_ps(&acc[r][c0], a0[r]);
-        _mm512_store_ps(&acc[r][c1], a1[r]);
-      }
-    }
-  }
-  for (int r = 0; r < NR; ++r) {
-    float* o = out + tok * out_stride + (h0 + r) * hd;
-    const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
-    for (int64_t c = 0; c < hd; c += 16) {
-      _mm512_storeu_ps(o + c, _mm512_mul_ps(_mm512_load_ps(&acc[r][c]), inv));
-    }
-  }
-}
-
-// decode_rows_avx512 for 1 <= n_rows <= 4.
-template <DType T>
-STRATA_AVX512 void decode_tile_avx512(float* out, int64_t out_stride, const float* q,
-                                      int64_t q_stride, const KvPages& kv, const int32_t* ids,
-                                      int64_t g, int64_t h0, int64_t n_rows, int64_t tok,
-                                      int64_t n_keys, float scale) {
-  switch (n_rows) {
-    case 1:
-      return decode_rows_avx512<T, 1>(out, out_stride, q, q_stride, kv, ids, g, h0, tok, n_keys,
-                                      scale);
-    case 2:
-      return decode_rows_avx512<T, 2>(out, out_stride, q, q_stride, kv, ids, g, h0, tok, n_keys,
-                                      scale);
-    case 3:
-      return decode_rows_avx512<T, 3>(out, out_stride, q, q_stride, kv, ids, g, h0, tok, n_keys,
-                                      scale);
-    default:
-      return decode_rows_avx512<T, 4>(out, out_stride, q, q_stride, kv, ids, g, h0, tok, n_keys,
-                                      scale);
-  }
-}
-
-#endif  // __x86_64__
 
 // One work item: n_tok consecutive query tokens of one sequence (the first at
 // flat row tok0 and position pos0) and query heads h0 .. h0 + n_h - 1, all
@@ -538,11 +318,13 @@ STRATA_CLONES void attend_tile(float* out, int64_t out_stride, const float* q, i
                                float scale) {
   const int64_t hd = kv.head_dim;  // a multiple of 32
   const size_t hrb = head_row_bytes(kv);
+  const KeyLayout keys(kv.dtype, kv.page_size, kv.n_kv_head, hd);
   const int64_t n_rows = n_tok * n_h;
   alignas(64) float qs[kMaxRows][kMaxHeadDim];
   alignas(64) float acc[kMaxRows][kMaxHeadDim];
   alignas(64) float sc[kMaxRows][kKeyBlock];
-  alignas(64) float tile[kKeyBlock][kMaxHeadDim];
+  alignas(64) float tile[kKeyBlock][kMaxHeadDim];  // values, key-major
+  alignas(64) float kt[kMaxHeadDim][kKeyBlock];     // keys, channel-major
   float m[kMaxRows];
   float l[kMaxRows];
   int64_t pos[kMaxRows];
@@ -558,17 +340,28 @@ STRATA_CLONES void attend_tile(float* out, int64_t out_stride, const float* q, i
   const int64_t n_keys = pos0 + n_tok;
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int64_t jn = std::min(kKeyBlock, n_keys - j0);
-    for (int64_t jj = 0; jj < jn; ++jj) {
-      dequantize_row(kv.dtype, kv_row(kv, kv.k, ids, j0 + jj, g, hrb), tile[jj], hd);
+    for (int64_t jj = 0; jj < jn;) {  // page by page
+      const int64_t j = j0 + jj;
+      const int64_t t = j % kv.page_size;
+      const int64_t n = std::min(jn - jj, kv.page_size - t);
+      dequant_keys(keys, kv.k[ids[j / kv.page_size]], g, t, n, kt, jj);
+      jj += n;
+    }
+    if (jn < kKeyBlock) {  // the columns past the last key: zeros, never used
+      for (int64_t d = 0; d < hd; ++d) {
+        for (int64_t jj = jn; jj < kKeyBlock; ++jj) kt[d][jj] = 0.0f;
+      }
     }
     for (int64_t r = 0; r < n_rows; ++r) {
       const int64_t visible = std::min(jn, pos[r] - j0 + 1);  // keys j0 .. pos[r]
-      for (int64_t jj = 0; jj < jn; ++jj) {
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < hd; ++d) dot += qs[r][d] * tile[jj][d];
-        sc[r][jj] = jj < visible ? dot : -INFINITY;
+      // Scores of the block's keys: a sum over channels, 16 keys at a time.
+      alignas(64) float dots[kKeyBlock] = {};
+      for (int64_t d = 0; d < hd; ++d) {
+        const float qd = qs[r][d];
+#pragma omp simd
+        for (int64_t jj = 0; jj < kKeyBlock; ++jj) dots[jj] += qd * kt[d][jj];
       }
+      for (int64_t jj = 0; jj < jn; ++jj) sc[r][jj] = jj < visible ? dots[jj] : -INFINITY;
       float mb = -INFINITY;
       for (int64_t jj = 0; jj < jn; ++jj) mb = sc[r][jj] > mb ? sc[r][jj] : mb;
       const float m_new = std::max(m[r], mb);
@@ -590,8 +383,12 @@ STRATA_CLONES void attend_tile(float* out, int64_t out_stride, const float* q, i
         for (int64_t d = 0; d < hd; ++d) acc[r][d] *= corr;
       }
     }
-    for (int64_t jj = 0; jj < jn; ++jj) {
-      dequantize_row(kv.dtype, kv_row(kv, kv.v, ids, j0 + jj, g, hrb), tile[jj], hd);
+    for (int64_t jj = 0; jj < jn;) {  // page by page: rows n_kv_head rows apart
+      const int64_t j = j0 + jj;
+      const int64_t n = std::min(jn - jj, kv.page_size - j % kv.page_size);
+      dequantize_rows(kv.dtype, kv_row(kv, kv.v, ids, j, g, hrb), hrb * kv.n_kv_head, tile[jj],
+                      kMaxHeadDim, n, hd);
+      jj += n;
     }
     for (int64_t r = 0; r < n_rows; ++r) {
       for (int64_t jj = 0; jj < jn; ++jj) {
@@ -609,100 +406,47 @@ STRATA_CLONES void attend_tile(float* out, int64_t out_stride, const float* q, i
   }
 }
 
-using TileFn = void (*)(float*, int64_t, const float*, int64_t, const KvPages&, const int32_t*,
-                        int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float);
-// (out, out_stride, q, q_stride, kv, ids, g, h0, n_rows, tok, n_keys, scale)
-using DecodeFn = void (*)(float*, int64_t, const float*, int64_t, const KvPages&, const int32_t*,
-                          int64_t, int64_t, int64_t, int64_t, int64_t, float);
-constexpr int64_t kDecodeMaxRows = 4;
+}  // namespace
 
-struct FastPaths {
-  TileFn tile = nullptr;
-  DecodeFn decode = nullptr;
-};
+int kv_key_bits(DType dtype) { return dtype_info(dtype).bits <= 4 ? 4 : 8; }
 
-// The AVX-512 kernels for a format, or nulls.
-FastPaths avx512_paths(DType t) {
-#if defined(__x86_64__)
-  if (!cpu_features().avx512) return {};
-  switch (t) {
-#define STRATA_QUANT_CASE(T) \
-  case T:                    \
-    return {attend_tile_avx512<T>, decode_tile_avx512<T>};
-    STRATA_QUANT_CASE(DType::kQ8S32)
-    STRATA_QUANT_CASE(DType::kQ8S64)
-    STRATA_QUANT_CASE(DType::kQ8S128)
-    STRATA_QUANT_CASE(DType::kQ8A32)
-    STRATA_QUANT_CASE(DType::kQ8A64)
-    STRATA_QUANT_CASE(DType::kQ8A128)
-    STRATA_QUANT_CASE(DType::kQ4S32)
-    STRATA_QUANT_CASE(DType::kQ4A32)
-    STRATA_QUANT_CASE(DType::kQ4A64)
-    STRATA_QUANT_CASE(DType::kQ4A128)
-#undef STRATA_QUANT_CASE
-    default:
-      return {};
-  }
-#else
-  (void)t;
-  return {};
-#endif
+size_t kv_key_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim) {
+  const KeyLayout L(dtype, page_size, n_kv_head, head_dim);
+  return L.grids_bytes() + static_cast<size_t>(n_kv_head * head_dim) * L.channel_bytes;
 }
 
-}  // namespace
+size_t kv_value_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim) {
+  return static_cast<size_t>(page_size * n_kv_head) * row_bytes(dtype, head_dim);
+}
+
+size_t kv_quant_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim) {
+  return std::max(kv_key_page_bytes(dtype, page_size, n_kv_head, head_dim),
+                  kv_value_page_bytes(dtype, page_size, n_kv_head, head_dim));
+}
+
+void kv_key_dequant(const void* k_page, DType dtype, int64_t page_size, int64_t n_kv_head,
+                    int64_t head_dim, int64_t g, int64_t t, float* out) {
+  const KeyLayout L(dtype, page_size, n_kv_head, head_dim);
+  for (int64_t d = 0; d < head_dim; ++d) {
+    const uint16_t* grid = L.grid(k_page, g, d);
+    out[d] = key_value(L.get(L.codes(k_page, g, d), t), f16_to_f32(grid[1]), f16_to_f32(grid[0]));
+  }
+}
 
 bool kv_quant_ok(DType dtype, int64_t head_dim) {
   if (static_cast<size_t>(dtype) >= static_cast<size_t>(DType::kCount)) return false;
   return is_quantized(dtype) && head_dim > 0 && row_elems_ok(dtype, head_dim);
 }
 
-void kv_rotate_groups(const float* x, float* y, int64_t n, int64_t group) {
-  const float norm = 1.0f / std::sqrt(static_cast<float>(group));
-  for (int64_t g0 = 0; g0 < n; g0 += group) {
-    float* z = y + g0;
-    std::memcpy(z, x + g0, static_cast<size_t>(group) * sizeof(float));
-    for (int64_t len = 1; len < group; len <<= 1) {
-      for (int64_t i = 0; i < group; i += 2 * len) {
-        for (int64_t j = i; j < i + len; ++j) {
-          const float a = z[j], b = z[j + len];
-          z[j] = a + b;
-          z[j + len] = a - b;
-        }
-      }
-    }
-    for (int64_t j = 0; j < group; ++j) z[j] *= norm;
-  }
-}
-
-namespace {
-
-// The queries of a batch with every head's groups rotated as the keys are
-// (kv_rotate_groups): [n_tokens, n_head * head_dim], rows packed.
-const float* rotated_queries(const float* q, int64_t q_stride, int64_t n_tokens, int64_t n_head,
-                             const KvPages& kv, std::vector<float>& buf) {
-  const int64_t row = n_head * kv.head_dim;
-  const int64_t group = dtype_info(kv.dtype).block_elems;
-  buf.resize(static_cast<size_t>(n_tokens * row));
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    kv_rotate_groups(q + t * q_stride, buf.data() + t * row, row, group);
-  }
-  return buf.data();
-}
-
-}  // namespace
-
-Status paged_attention_quant(float* out, int64_t out_stride, const float* q_in, int64_t q_stride_in,
+Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int64_t q_stride,
                              int64_t n_head, const KvPages& kv, const AttentionBatch& batch,
                              float scale) {
   int64_t n_tokens = 0, max_new = 0, work = 0;
-  if (Status s = check_batch(out, out_stride, q_in, q_stride_in, n_head, kv, batch, &n_tokens,
-                             &max_new, &work);
+  if (Status s =
+          check_batch(out, out_stride, q, q_stride, n_head, kv, batch, &n_tokens, &max_new, &work);
       s != Status::kOk || n_tokens == 0) {
     return s;
   }
-  thread_local std::vector<float> q_buf;
-  const float* q = rotated_queries(q_in, q_stride_in, n_tokens, n_head, kv, q_buf);
-  const int64_t q_stride = n_head * kv.head_dim;
   // The split of paged_attention: (sequence, kv head, chunk of its query
   // heads, tile of query tokens), last tiles first.
   const int64_t group = n_head / kv.n_kv_head;
@@ -712,7 +456,6 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q_in, 
   const int64_t max_tiles = (max_new + tile - 1) / tile;
   const int64_t per_tile = batch.n_seq * kv.n_kv_head * n_hchunks;
   const int64_t n_items = max_tiles * per_tile;
-  const FastPaths fast = avx512_paths(kv.dtype);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(work, int64_t{1} << 16))
   for (int64_t item = 0; item < n_items; ++item) {
     const int64_t tile_rev = item / per_tile;
@@ -729,30 +472,21 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q_in, 
     const int64_t h0 = g * group + c * n_h;
     const int32_t* ids = batch.page_ids + batch.page_indptr[s];
     const int64_t n_hi = std::min(n_h, (g + 1) * group - h0);
-    if (n_tok == 1 && n_hi <= kDecodeMaxRows && fast.decode != nullptr) {
-      fast.decode(out, out_stride, q, q_stride, kv, ids, g, h0, n_hi, batch.q_indptr[s] + first,
-                  pos0 + 1, scale);
-    } else {
-      (fast.tile != nullptr ? fast.tile : attend_tile)(out, out_stride, q, q_stride, kv, ids, g,
-                                                       h0, n_hi, batch.q_indptr[s] + first,
-                                                       n_tok, pos0, scale);
-    }
+    attend_tile(out, out_stride, q, q_stride, kv, ids, g, h0, n_hi, batch.q_indptr[s] + first,
+                n_tok, pos0, scale);
   }
   return Status::kOk;
 }
 
-Status paged_attention_quant_ref(float* out, int64_t out_stride, const float* q_in,
-                                 int64_t q_stride_in, int64_t n_head, const KvPages& kv,
+Status paged_attention_quant_ref(float* out, int64_t out_stride, const float* q,
+                                 int64_t q_stride, int64_t n_head, const KvPages& kv,
                                  const AttentionBatch& batch, float scale) {
   int64_t n_tokens = 0, max_new = 0, work = 0;
-  if (Status s = check_batch(out, out_stride, q_in, q_stride_in, n_head, kv, batch, &n_tokens,
-                             &max_new, &work);
+  if (Status s =
+          check_batch(out, out_stride, q, q_stride, n_head, kv, batch, &n_tokens, &max_new, &work);
       s != Status::kOk || n_tokens == 0) {
     return s;
   }
-  std::vector<float> q_buf;
-  const float* q = rotated_queries(q_in, q_stride_in, n_tokens, n_head, kv, q_buf);
-  const int64_t q_stride = n_head * kv.head_dim;
   const int64_t hd = kv.head_dim;
   const size_t hrb = head_row_bytes(kv);
   const int64_t group = n_head / kv.n_kv_head;
@@ -766,7 +500,8 @@ Status paged_attention_quant_ref(float* out, int64_t out_stride, const float* q_
       keys.resize(static_cast<size_t>(len * hd));
       values.resize(static_cast<size_t>(len * hd));
       for (int64_t j = 0; j < len; ++j) {
-        dequantize_row_ref(kv.dtype, kv_row(kv, kv.k, ids, j, g, hrb), &keys[j * hd], hd);
+        kv_key_dequant(kv.k[ids[j / kv.page_size]], kv.dtype, kv.page_size, kv.n_kv_head, hd, g,
+                       j % kv.page_size, &keys[j * hd]);
         dequantize_row_ref(kv.dtype, kv_row(kv, kv.v, ids, j, g, hrb), &values[j * hd], hd);
       }
       for (int64_t i = 0; i < n_new; ++i) {
@@ -813,16 +548,20 @@ Status kv_append_quant(void* const* k_pages, void* const* v_pages, int64_t n_pag
   const int64_t row = n_kv_head * head_dim;
   // Groups divide head_dim, so the token's whole row quantizes as its heads do.
   const size_t trb = row_bytes(dtype, row);
-  const int64_t group = dtype_info(dtype).block_elems;
-#pragma omp parallel for schedule(static) num_threads(threads_for(n_tokens * row * 2))
+#pragma omp parallel for schedule(static) num_threads(threads_for(n_tokens * row))
   for (int64_t t = 0; t < n_tokens; ++t) {
-    thread_local std::vector<float> kr;
-    kr.resize(static_cast<size_t>(row));
-    kv_rotate_groups(k + t * k_stride, kr.data(), row, group);
     const int64_t id = slots[t] / page_size;
     const size_t off = static_cast<size_t>(slots[t] % page_size) * trb;
-    quantize_row(dtype, kr.data(), static_cast<char*>(k_pages[id]) + off, row);
     quantize_row(dtype, v + t * v_stride, static_cast<char*>(v_pages[id]) + off, row);
+  }
+  const KeyLayout keys(dtype, page_size, n_kv_head, head_dim);
+  const std::vector<KeyRun> runs = key_runs(slots, n_tokens, page_size);
+  const int64_t n_items = static_cast<int64_t>(runs.size()) * n_kv_head;
+#pragma omp parallel for schedule(static) num_threads(threads_for(n_tokens * row))
+  for (int64_t item = 0; item < n_items; ++item) {
+    thread_local std::vector<float> xs;
+    const KeyRun& r = runs[static_cast<size_t>(item / n_kv_head)];
+    append_key_run(keys, k_pages[r.page], r, item % n_kv_head, k, k_stride, xs);
   }
   if (k_min == nullptr || k_max == nullptr) return Status::kOk;
   // Min/max from the f32 keys, in token order within each chunk of elements.
@@ -861,15 +600,16 @@ Status kv_append_quant_ref(void* const* k_pages, void* const* v_pages, int64_t n
   }
   const int64_t row = n_kv_head * head_dim;
   const size_t hrb = row_bytes(dtype, head_dim);
-  std::vector<float> kr(static_cast<size_t>(head_dim));
+  const KeyLayout keys(dtype, page_size, n_kv_head, head_dim);
+  std::vector<float> xs;
+  for (const KeyRun& r : key_runs(slots, n_tokens, page_size)) {
+    for (int64_t g = 0; g < n_kv_head; ++g) append_key_run(keys, k_pages[r.page], r, g, k, k_stride, xs);
+  }
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t id = slots[t] / page_size;
     const int64_t off = slots[t] % page_size;
     for (int64_t g = 0; g < n_kv_head; ++g) {
       const size_t at = static_cast<size_t>(off * n_kv_head + g) * hrb;
-      kv_rotate_groups(k + t * k_stride + g * head_dim, kr.data(), head_dim,
-                       dtype_info(dtype).block_elems);
-      quantize_row_ref(dtype, kr.data(), static_cast<char*>(k_pages[id]) + at, head_dim);
       quantize_row_ref(dtype, v + t * v_stride + g * head_dim, static_cast<char*>(v_pages[id]) + at,
                        head_dim);
     }

@@ -1,37 +1,43 @@
-// Paged attention and KV append over quantized KV pages (DESIGN §6): each
-// token's row of each kv head (head_dim values) is stored as head_dim / G
-// consecutive blocks of a group-wise format of quant/blocks.h (Q8S, Q8A,
-// Q4S32, Q4A; G = 32, 64 or 128 must divide head_dim). A page is
-// [page_size, n_kv_head, head_dim / G blocks], i.e. page_size * n_kv_head *
-// row_bytes(dtype, head_dim) bytes; slots, page tables and batches are as in
-// kernels/cpu/attention.h, whose entry points forward quantized pages here.
+// Paged attention and KV append over quantized KV pages (DESIGN §6).
 //
-// Keys are stored rotated: each group of G values of a key row is multiplied
-// by the orthonormal Hadamard matrix H_G (Sylvester order, entries
-// +-1/sqrt(G); kv_rotate_groups) before it is quantized, and attention
-// multiplies every query's groups by the same H_G. H_G is symmetric and
-// orthogonal, so (H q).(H k) = q.k: the scores are unchanged up to rounding,
-// and the quantization error keeps its size (an orthogonal map preserves the
-// norm of the error). What changes is the range a group is quantized over:
-// keys carry a few channels far larger than the rest, which set the range of
-// their group and leave the other channels a level or two; rotated, every
-// element is a mix of all of the group's channels and the range follows the
-// group's norm. Values are not rotated. This is what makes q4 keys usable
-// (README, compression).
+// Values: each token's row of each kv head (head_dim values) is stored as
+// head_dim / G consecutive blocks of a group-wise format of quant/blocks.h
+// (Q8S, Q8A, Q4S32, Q4A; G = 32, 64 or 128 must divide head_dim), at
+// [page_size, n_kv_head, head_dim / G blocks] in the V page, quantized with
+// quant's fast quantizer (bit for bit quantize_row_ref).
 //
-// Appending quantizes each new k/v row with quant's fast quantizer (bit for
-// bit quantize_row_ref). Attention dequantizes on the fly, one block of
-// kAttentionKeyBlock keys of one kv head at a time into an L1 tile (exactly
-// dequantize_row_ref's values: d*q (+ m), multiply then add in f32), and runs
-// the same online softmax in f32 as the f16/bf16 path; no dequantized copy of
-// the cache is ever made.
+// Keys: per channel over the page's tokens, asymmetric, with the format's
+// bits (4 or 8; the group G does not apply), as KIVI does: keys carry a few
+// channels far larger than the rest, so a per-token group's range is set by
+// them and the other channels get a level or two, while along one channel
+// the values of 16 neighbouring tokens are of one size. A K page is
+//   [n_kv_head][head_dim] grids {f16 d, f16 m} (4 bytes each), then
+//   [n_kv_head][head_dim][page_size] codes c in [0, L], L = 2^bits - 1:
+//   8-bit one byte each; 4-bit two per byte, token 2i in the low nibble;
+// and key element = d * c + m (multiply, then add, in f32). A grid covers
+// every key appended to its page so far: m is f16(lo) rounded down and d
+// f16((hi - m) / L) rounded up, lo and hi the channel's extremes. An append
+// whose keys stay inside the grid only writes their codes; one that widens
+// it re-grids the channel, mapping the old codes' values onto the new grid
+// (each such re-grid rounds the older keys once more, to half a new step).
+// All the keys of a page appended in one call (a prefill) are gridded
+// together, so prompt pages are quantized once, exactly over their own
+// range; a page filled by decode steps is re-gridded when a new key lies
+// outside its range. A non-finite key makes its channel's grid NaN for the
+// page. Pages must be filled in token order, as the KV cache does.
+//
+// Page bytes are the larger of the K and V layouts (kv_quant_page_bytes), so
+// K and V pages have one size. Attention dequantizes one block of
+// kAttentionKeyBlock keys of one kv head at a time into an L1 tile (keys as
+// above, values exactly as dequantize_row_ref) and runs the same online
+// softmax in f32 as the f16/bf16 path; no dequantized copy of the cache is
+// ever made.
 //
 // The page key min/max (sparse attention's page scores) are kept from the f32
 // keys before quantization, not from the stored values: they bound the keys
 // the model computed, which is what a page score estimates, and they need no
 // dequantization. kv_append_quant folds each new key into its page's min/max
-// in token order (a key at offset 0 starts its page afresh), so pages must be
-// filled in order, as the KV cache does.
+// in token order (a key at offset 0 starts its page afresh).
 #pragma once
 
 #include <cstdint>
@@ -42,12 +48,15 @@
 
 namespace strata::cpu {
 
-// y = the rotation of x (n values, a multiple of group, group a power of 2):
-// each group of `group` values multiplied by H_group / sqrt(group) with the
-// butterflies of a fast Walsh-Hadamard transform, in a fixed order (the one
-// definition: append, attention and their references all call it). x and y
-// must not overlap.
-void kv_rotate_groups(const float* x, float* y, int64_t n, int64_t group);
+// Bits of a key code (4 or 8) and bytes of a page of keys and values.
+int kv_key_bits(DType dtype);
+size_t kv_key_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
+size_t kv_value_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
+// max(kv_key_page_bytes, kv_value_page_bytes): the size of every K and V page.
+size_t kv_quant_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
+// Key `t` (a page offset) of kv head g of a K page, dequantized: [head_dim] f32.
+void kv_key_dequant(const void* k_page, DType dtype, int64_t page_size, int64_t n_kv_head,
+                    int64_t head_dim, int64_t g, int64_t t, float* out);
 
 // True when pages of `dtype` can hold rows of head_dim values: a quantized
 // format whose group divides head_dim.
@@ -66,17 +75,22 @@ Status paged_attention_quant_ref(float* out, int64_t out_stride, const float* q,
                                  int64_t q_stride, int64_t n_head, const KvPages& kv,
                                  const AttentionBatch& batch, float scale);
 
-// Quantizes the k/v rows of n_tokens new tokens into slots[t] and, when
+// Quantizes the k/v rows of n_tokens new tokens into slots[t] (keys per
+// channel and page, values per token; see above) and, when
 // k_min/k_max are not null, folds the f32 keys into the min/max of their
 // pages (a NaN key element makes that min and max element NaN).
 // k, v: [n_tokens, n_kv_head, head_dim] f32, token row strides k_stride, v_stride
-// slots: [n_tokens], distinct, each in [0, n_pages * page_size), in key order per page
+// slots: [n_tokens], distinct, each in [0, n_pages * page_size), in key order per page,
+//   and a page's first slot in the call follows the keys it already holds
+//   (page_size must be even for 4-bit keys: kUnsupported otherwise)
 // k_min, k_max: [n_pages, n_kv_head, head_dim] f32 or null
 Status kv_append_quant(void* const* k_pages, void* const* v_pages, int64_t n_pages, DType dtype,
                        int64_t page_size, int64_t n_kv_head, int64_t head_dim, const float* k,
                        int64_t k_stride, const float* v, int64_t v_stride, const int64_t* slots,
                        int64_t n_tokens, float* k_min, float* k_max);
-// Reference: quantize_row_ref per row, min/max element by element.
+// Reference: keys page by page and channel by channel in plain loops (the
+// same arithmetic), values by quantize_row_ref per row, min/max element by
+// element.
 Status kv_append_quant_ref(void* const* k_pages, void* const* v_pages, int64_t n_pages,
                            DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim,
                            const float* k, int64_t k_stride, const float* v, int64_t v_stride,

@@ -38,7 +38,17 @@ std::string_view page_tier_name(PageTier t) {
 }
 
 uint64_t KvGeometry::page_bytes() const {
-  return static_cast<uint64_t>(page_size) * token_row_bytes(*this);
+  const uint64_t values = static_cast<uint64_t>(page_size) * token_row_bytes(*this);
+  const DTypeInfo& info = dtype_info(dtype);
+  if (!info.quantized) return values;
+  // Quantized keys are stored per channel over the page (the layout of
+  // kernels/cpu/attention_quant.h, kv_quant_page_bytes): per channel an f16
+  // scale and minimum, then page_size codes of 4 or 8 bits. K and V pages
+  // have one size, the larger of the two layouts.
+  const uint64_t bits = info.bits <= 4 ? 4 : 8;
+  const uint64_t keys = static_cast<uint64_t>(n_kv_head * head_dim) *
+                        (4 + (static_cast<uint64_t>(page_size) * bits + 7) / 8);
+  return std::max(values, keys);
 }
 
 uint64_t KvGeometry::bytes_per_page() const {

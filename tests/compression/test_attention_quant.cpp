@@ -1,6 +1,8 @@
 // Quantized KV pages (kernels/cpu/attention_quant.h): kv_append quantizes
-// each row exactly as quant's reference does and keeps the key min/max of
-// the f32 keys; paged attention over quantized pages (AVX-512 and portable
+// values exactly as quant's reference does and keys per channel over each
+// page as the reference does (bit for bit), every key within half a step of
+// its channel's grid per grid it was rounded onto, and keeps the key min/max
+// of the f32 keys; paged attention over quantized pages (AVX-512 and portable
 // kernels) against its double-precision reference over the same dequantized
 // values, on decode, prefill and chunked-prefill batches with pages
 // scattered through a pool, GQA/MQA/MHA, every format and group; the KV cache
@@ -10,9 +12,7 @@
 // Attention bound: the kernel reads exactly the values the reference reads
 // (dequantization is bit for bit dequantize_row_ref's), so the f32 attention
 // bound of tests/kernels_cpu/test_attention.cpp applies unchanged, with k and
-// v the dequantized values and q rotated as the stored keys are (the kernel
-// and the reference rotate it with the same kv_rotate_groups, so both see the
-// same bits) (u = 2^-24, e = kExpRelErr, B = key blocks):
+// v the dequantized values (u = 2^-24, e = kExpRelErr, B = key blocks):
 //   |out_d - ref_d| <= (2 E_max + 2 (B + 1)(e + R u) + (n_keys + 2B + 6) u)
 //                      * sum_j p_j |v_jd|  + u |ref_d|,
 // E_max = (hd + 2) u scale max_j sum_d |q_d k_jd|, R the range of the scores.
@@ -62,7 +62,7 @@ struct Pool {
   Pool(DType t, int64_t ps, int64_t nkv, int64_t hd, int64_t n)
       : dtype(t), page_size(ps), n_kv_head(nkv), head_dim(hd), n_pages(n) {
     head_bytes = row_bytes(t, hd);
-    page_bytes = static_cast<size_t>(ps * nkv) * head_bytes;
+    page_bytes = kv_quant_page_bytes(t, ps, nkv, hd);
     for (int64_t i = 0; i < n; ++i) {
       k_mem.emplace_back(page_bytes + 64, kFill);
       v_mem.emplace_back(page_bytes + 64, kFill);
@@ -86,8 +86,16 @@ struct Pool {
     return p;
   }
   int64_t row() const { return n_kv_head * head_dim; }
-  // Dequantized element d of kv head g of the key (or value) in `slot`.
-  std::vector<float> row_values(const std::vector<void*>& pages, int64_t slot, int64_t g) const {
+  // The key in `slot` of kv head g, dequantized.
+  std::vector<float> key_values(int64_t slot, int64_t g) const {
+    std::vector<float> out(static_cast<size_t>(head_dim));
+    kv_key_dequant(k[static_cast<size_t>(slot / page_size)], dtype, page_size, n_kv_head, head_dim,
+                   g, slot % page_size, out.data());
+    return out;
+  }
+  // The value in `slot` of kv head g, dequantized.
+  std::vector<float> value_values(int64_t slot, int64_t g) const {
+    const auto& pages = v;
     std::vector<float> out(static_cast<size_t>(head_dim));
     const char* p = static_cast<const char*>(pages[static_cast<size_t>(slot / page_size)]) +
                     static_cast<size_t>(slot % page_size * n_kv_head + g) * head_bytes;
@@ -171,20 +179,15 @@ std::vector<double> attention_bound(const Pool& pool, const Batch& b, const std:
       std::vector<std::vector<float>> keys, values;
       for (int64_t j = 0; j < len; ++j) {
         const int64_t slot = ids[j / pool.page_size] * pool.page_size + j % pool.page_size;
-        keys.push_back(pool.row_values(pool.k, slot, g));
-        values.push_back(pool.row_values(pool.v, slot, g));
+        keys.push_back(pool.key_values(slot, g));
+        values.push_back(pool.value_values(slot, g));
       }
       for (int64_t i = 0; i < n_new; ++i) {
         const int64_t tok = b.q_indptr[s] + i;
         const int64_t n_keys = len - n_new + i + 1;
         const int64_t blocks = (n_keys + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          // The query as the kernel and the reference see it: rotated as the
-          // stored keys are (both call kv_rotate_groups, so it is exact here).
-          std::vector<float> qh(static_cast<size_t>(hd));
-          kv_rotate_groups(q.data() + tok * q_stride + h * hd, qh.data(), hd,
-                           dtype_info(pool.dtype).block_elems);
-          const float* qr = qh.data();
+          const float* qr = q.data() + tok * q_stride + h * hd;
           std::vector<double> sc(static_cast<size_t>(n_keys));
           double e_max = 0, mx = -INFINITY, mn = INFINITY;
           for (int64_t j = 0; j < n_keys; ++j) {
@@ -358,80 +361,52 @@ TEST(KvAppendQuant, MatchesReferenceBitForBitAndKeepsF32KeyMinMax) {
                                 [](char c) { return c == kFill; }));
       }
     }
-    // A constant value row comes back exactly (values are stored unrotated).
-    const auto v0 = a.row_values(a.v, 5, 1);  // slot 5: the constant row of the first call
+    // A constant value row comes back exactly.
+    const auto v0 = a.value_values(5, 1);  // slot 5: the constant row of the first call
     for (float x : v0) EXPECT_EQ(x, 0.75f);
-  }
-}
-
-// Keys are stored rotated: each group times H_G / sqrt(G). Bounds, with
-// s = log2(G) + 1 rounding stages (the butterflies and the scaling), u = 2^-24:
-// one pass errs per element by at most s u sum|x| / sqrt(G) <= s u ||x||_2;
-// applied twice (H_G / sqrt(G) is orthonormal and its own inverse), the first
-// pass's error keeps its norm, <= sqrt(G) s u ||x|| ... <= s u sum|x|, and the
-// second pass adds s u ||x||, so |H H x - x| <= 2 s u sum|x| per element.
-// A dot product of two rotated groups errs by at most
-// ||e_q|| ||x|| + ||e_x|| ||q|| (+ second order) <= 2 sqrt(G) s u ||q|| ||x||.
-// A one-hot group maps to a flat one of +-1/sqrt(G), and a stored key row
-// dequantized and rotated back is within the format's rounding of the key.
-TEST(KvRotate, IsItsOwnInverseAndKeepsDotProducts) {
-  for (int64_t g : {32, 64, 128}) {
-    SCOPED_TRACE(g);
-    const int64_t n = 3 * g;
-    const auto x = test::random_floats(static_cast<size_t>(n), -4, 4, 11);
-    const auto q = test::random_floats(static_cast<size_t>(n), -4, 4, 12);
-    std::vector<float> hx(n), hhx(n), hq(n);
-    kv_rotate_groups(x.data(), hx.data(), n, g);
-    kv_rotate_groups(hx.data(), hhx.data(), n, g);
-    kv_rotate_groups(q.data(), hq.data(), n, g);
-    const double stages = std::log2(static_cast<double>(g)) + 1;
-    for (int64_t b = 0; b < n; b += g) {
-      double sum_abs = 0, dot = 0, dot_h = 0, qx_abs = 0, norm_q = 0, norm_x = 0;
-      for (int64_t i = b; i < b + g; ++i) {
-        sum_abs += std::fabs(x[i]);
-        dot += double(q[i]) * x[i];
-        dot_h += double(hq[i]) * hx[i];
-        qx_abs += std::fabs(double(q[i]) * x[i]);
-        norm_q += double(q[i]) * q[i];
-        norm_x += double(x[i]) * x[i];
-      }
-      for (int64_t i = b; i < b + g; ++i) {
-        EXPECT_NEAR(hhx[i], x[i], 2 * stages * kU32 * sum_abs) << i;
-      }
-      const double tol = 2 * stages * kU32 * std::sqrt(norm_q * norm_x) * std::sqrt(double(g)) +
-                         g * kU32 * qx_abs;
-      EXPECT_NEAR(dot_h, dot, tol);
+    // Every key within its channel's rounding: the final step d of the
+    // channel's grid (steps only grow when a later append widens the grid),
+    // half a step per grid the key was rounded onto (its own call's, then
+    // one per later call that re-gridded its page: at most the page's calls
+    // after it). A channel holding a NaN key is NaN for the whole page.
+    std::vector<int64_t> calls_of(n_pages, 0);
+    for (const auto& slots : calls) {
+      std::vector<bool> seen(n_pages, false);
+      for (int64_t sl : slots) seen[static_cast<size_t>(sl / ps)] = true;
+      for (int64_t p = 0; p < n_pages; ++p) calls_of[static_cast<size_t>(p)] += seen[static_cast<size_t>(p)];
     }
-    std::vector<float> one(g, 0.0f), h1(g);
-    one[5] = 1.0f;
-    kv_rotate_groups(one.data(), h1.data(), g, g);
-    for (int64_t i = 0; i < g; ++i) {
-      EXPECT_EQ(std::fabs(h1[i]), 1.0f / std::sqrt(static_cast<float>(g))) << i;
+    for (int64_t p = 0; p < n_pages; ++p) {
+      const auto& kp = keys_of[static_cast<size_t>(p)];
+      const int64_t filled = static_cast<int64_t>(kp.size()) / row;
+      for (int64_t j = 0; j < filled; ++j) {
+        for (int64_t g = 0; g < nkv; ++g) {
+          const auto got = a.key_values(p * ps + j, g);
+          std::vector<float> step(static_cast<size_t>(hd));
+          for (int64_t d = 0; d < hd; ++d) {
+            bool nan = false;
+            float lo = INFINITY, hi = -INFINITY;
+            for (int64_t i = 0; i < filled; ++i) {
+              const float x = kp[static_cast<size_t>(i * row + g * hd + d)];
+              nan = nan || std::isnan(x);
+              lo = std::min(lo, x);
+              hi = std::max(hi, x);
+            }
+            const float want = kp[static_cast<size_t>(j * row + g * hd + d)];
+            if (nan) {
+              EXPECT_TRUE(std::isnan(got[d])) << p << " " << j << " " << d;
+              continue;
+            }
+            // The grid's step: (hi - lo) / L widened by the f16 rounding of
+            // the minimum down and of the step up (2^-10 relative each).
+            const double levels = kv_key_bits(t) == 4 ? 15.0 : 255.0;
+            const double dstep = ((hi - lo) + std::ldexp(std::fabs(lo), -10)) / levels *
+                                     (1 + std::ldexp(1.0, -10)) + 1e-7;
+            EXPECT_LE(std::fabs(got[d] - want), calls_of[p] * 0.5 * dstep * (1 + 1e-5) + 1e-6)
+                << dtype_name(t) << " page " << p << " key " << j << " head " << g << " dim " << d;
+          }
+        }
+      }
     }
-  }
-  // A stored key, dequantized and rotated back: within q8a32's rounding
-  // (half a step of its group's range, (max - min) / 255, on the rotated
-  // values; the inverse rotation keeps the error's norm).
-  const int64_t hd = 64;
-  Pool pool(DType::kQ8A32, 4, 1, hd, 1);
-  const auto k = test::random_floats(hd, -3, 3, 21);
-  const auto v = test::random_floats(hd, -3, 3, 22);
-  const int64_t slot = 2;
-  ASSERT_EQ(kv_append_quant(pool.k.data(), pool.v.data(), 1, DType::kQ8A32, 4, 1, hd, k.data(), hd,
-                            v.data(), hd, &slot, 1, nullptr, nullptr),
-            Status::kOk);
-  const auto stored = pool.row_values(pool.k, slot, 0);
-  std::vector<float> hk(hd), back(hd);
-  kv_rotate_groups(k.data(), hk.data(), hd, 32);
-  kv_rotate_groups(stored.data(), back.data(), hd, 32);
-  for (int64_t b = 0; b < hd; b += 32) {
-    const float mn = *std::min_element(hk.begin() + b, hk.begin() + b + 32);
-    const float mx = *std::max_element(hk.begin() + b, hk.begin() + b + 32);
-    double err2 = 0;
-    for (int64_t i = b; i < b + 32; ++i) err2 += (back[i] - k[i]) * double(back[i] - k[i]);
-    // Every rotated element within half a step (plus f16 scale rounding):
-    // the group's error norm at most sqrt(32) of that.
-    EXPECT_LE(std::sqrt(err2), std::sqrt(32.0) * 0.51 * (mx - mn) / 255 + 1e-5) << b;
   }
 }
 
@@ -476,18 +451,21 @@ TEST(QuantKvCache, PagesBudgetAndBackendCountCompressedBytes) {
   g.n_kv_head = 3;
   g.head_dim = 64;
   g.page_size = 16;
-  g.dtype = DType::kQ4A64;  // 36 bytes per 64 values
-  EXPECT_EQ(g.page_bytes(), 16u * 3 * 36);
-  EXPECT_EQ(g.bytes_per_page(), 2u * (2 * 16 * 3 * 36 + 2 * 3 * 64 * 4));
+  g.dtype = DType::kQ4A64;  // values: 36 bytes per 64; keys: 4 + 8 bytes per channel
+  EXPECT_EQ(kv_value_page_bytes(g.dtype, 16, 3, 64), 16u * 3 * 36);
+  EXPECT_EQ(kv_key_page_bytes(g.dtype, 16, 3, 64), 3u * 64 * (4 + 8));
+  EXPECT_EQ(g.page_bytes(), 3u * 64 * 12);  // the larger: K
+  EXPECT_EQ(g.page_bytes(), kv_quant_page_bytes(g.dtype, 16, 3, 64));
+  EXPECT_EQ(g.bytes_per_page(), 2u * (2 * 3 * 64 * 12 + 2 * 3 * 64 * 4));
   KvGeometry f16 = g;
   f16.dtype = DType::kF16;
   EXPECT_EQ(f16.page_bytes(), 16u * 3 * 64 * 2);
-  // The same budget holds 2.77x the pages: K and V shrink 3.56x, the f32 key
-  // min/max (2 x 192 floats per page and layer) do not.
+  // The same budget holds 2.25x the pages: K and V pages shrink 2.67x, the
+  // f32 key min/max (2 x 192 floats per page and layer) do not.
   const uint64_t budget = 40 * f16.bytes_per_page();
   KvCache kv(be, g, budget);
   EXPECT_EQ(kv.pool().max_pages(), static_cast<int64_t>(budget / g.bytes_per_page()));
-  EXPECT_EQ(kv.pool().max_pages(), 40 * 27648 / 9984);
+  EXPECT_EQ(kv.pool().max_pages(), 40 * 27648 / 12288);
   const int32_t s = kv.add_sequence();
   kv.extend(s, 20);  // 2 pages
   EXPECT_EQ(kv.pool().peak_bytes(), 2 * g.bytes_per_page());

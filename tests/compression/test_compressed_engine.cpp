@@ -14,7 +14,11 @@
 // independent sign; its relative rms error rho (rms error / rms value) is
 // measured, not assumed: for weights exactly, matrix by matrix, from the
 // pack's bytes against the source; for K and V as the format's rho on
-// N(0, 1) rows (the fixtures' activations are near-Gaussian). A matmul stage
+// N(0, 1) rows (the fixtures' activations are near-Gaussian). Keys are
+// quantized per channel over pages of 16 tokens, a range of 16 values where
+// a value group spans 32, so the per-token rho covers them too while a page
+// is gridded once (prompt pages); decode pages are re-gridded as their range
+// widens, each time rounding the older keys once more. A matmul stage
 // y = W x then errs by about rho ||x*w||_2, i.e. rho of its output scale,
 // whatever the length of the dot product; an attention layer's keys (scores
 // q.k) and values (sum p v) are two such stages. Along the residual stream

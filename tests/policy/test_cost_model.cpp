@@ -192,11 +192,14 @@ TEST(PolicyCostModel, CompressionShrinksBytes) {
   TinyCase t;
   Policy q4 = t.pol;
   q4.compress_weight = parse_compression("q4", "test");  // q4a64: 36 bytes per 64
-  q4.compress_kv = parse_compression("q8:32", "test");   // q8a32: 36 bytes per 32
+  // KV q8: values q8a32 (36 bytes per 32), keys 1 byte per element plus an
+  // f16 scale and minimum per channel and 16-token page (1.25 bytes per
+  // element): pages take the larger, 1.25 of f16's 2.
+  q4.compress_kv = parse_compression("q8:32", "test");
   const CostModel m = build_cost_model(t.shape, t.hw, t.work, q4);
   const Fractions x = fractions_of(q4);
   EXPECT_REL(m.memory[1][1].weights(x), kWtot / 2 * (36.0 / 64) * 0.5);
-  EXPECT_REL(m.memory[0][1].kv_cache(x), kKt / 2 * (36.0 / 32) * 12 * 6 * 2 * 0.5);
+  EXPECT_REL(m.memory[0][1].kv_cache(x), kKt / 2 * 1.25 * 12 * 6 * 2 * 0.5);
   EXPECT_REL(term(m.prefill_layer, "disk->cpu", x), kLayerElems * (36.0 / 64) * 0.25 / 100);
 }
 
