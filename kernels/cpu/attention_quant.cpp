@@ -7,9 +7,14 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 
 #include "kernels/cpu/cpu_features.h"
@@ -61,6 +66,21 @@ inline uint16_t f16_ceil(float x) {
   return f16_to_f32(h) < x ? f16_step_up(h) : h;
 }
 
+// f16 -> f32, exact for every value (as core's f16_to_f32), branch-free
+// and inline for the per-channel loops.
+inline float half_to_float(uint16_t h) {
+  const uint32_t w = static_cast<uint32_t>(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const float normalized =
+      std::bit_cast<float>((two_w >> 4) + (uint32_t{0xE0} << 23)) * 0x1.0p-112f;
+  const float denormalized =
+      std::bit_cast<float>((two_w >> 17) | (uint32_t{126} << 23)) - 0.5f;
+  const uint32_t bits = two_w < (uint32_t{1} << 27) ? std::bit_cast<uint32_t>(denormalized)
+                                                    : std::bit_cast<uint32_t>(normalized);
+  return std::bit_cast<float>(sign | bits);
+}
+
 struct KeyLayout {
   int bits = 4;
   int levels = 15;
@@ -102,11 +122,15 @@ struct KeyLayout {
 };
 
 // The code of x on grid (m, d): (x - m) / d rounded to nearest (ties to
-// even), clamped to [0, levels].
+// even, by adding and subtracting 1.5 * 2^23 in the default rounding mode),
+// clamped to [0, levels].
 inline int key_code(float x, float m, float d, int levels) {
   if (!(d > 0.0f)) return 0;
-  const float c = std::nearbyint((x - m) / d);
-  return c <= 0.0f ? 0 : c >= static_cast<float>(levels) ? levels : static_cast<int>(c);
+  const float v = (x - m) / d;
+  if (!(v > 0.0f)) return 0;  // also NaN
+  if (v >= static_cast<float>(levels)) return levels;
+  constexpr float kRound = 12582912.0f;  // no -ffast-math here: not folded away
+  return static_cast<int>((v + kRound) - kRound);
 }
 
 inline float key_value(int c, float m, float d) {
@@ -130,8 +154,8 @@ void append_key_channel(const KeyLayout& L, void* page, int64_t g, int64_t d, in
   }
   float d0 = 0.0f, m0 = 0.0f;
   if (n_old > 0) {
-    d0 = f16_to_f32(grid[0]);
-    m0 = f16_to_f32(grid[1]);
+    d0 = half_to_float(grid[0]);
+    m0 = half_to_float(grid[1]);
     if (std::isnan(d0) || std::isnan(m0)) bad = true;
   }
   if (bad) {
@@ -147,9 +171,9 @@ void append_key_channel(const KeyLayout& L, void* page, int64_t g, int64_t d, in
       hi = std::max(hi, top0);
     }
     const uint16_t m16 = f16_floor(lo);
-    m = f16_to_f32(m16);
+    m = half_to_float(m16);
     const uint16_t d16 = f16_ceil((hi - m) / static_cast<float>(L.levels));
-    dd = f16_to_f32(d16);
+    dd = half_to_float(d16);
     if (!std::isfinite(m) || !std::isfinite(dd)) {  // beyond f16's range
       grid[0] = grid[1] = kF16NaN;
       for (int64_t i = 0; i < n; ++i) L.set(codes, off[i], 0);
@@ -171,7 +195,7 @@ void dequant_keys(const KeyLayout& L, const void* page, int64_t g, int64_t t0, i
                   float (*kt)[kKeyBlock], int64_t col) {
   for (int64_t d = 0; d < L.head_dim; ++d) {
     const uint16_t* grid = L.grid(page, g, d);
-    const float dd = f16_to_f32(grid[0]), m = f16_to_f32(grid[1]);
+    const float dd = half_to_float(grid[0]), m = half_to_float(grid[1]);
     const uint8_t* codes = L.codes(page, g, d);
     float* out = kt[d] + col;
     if (L.bits == 8) {
@@ -363,6 +387,7 @@ STRATA_CLONES void attend_tile(float* out, int64_t out_stride, const float* q, i
       }
       for (int64_t jj = 0; jj < jn; ++jj) sc[r][jj] = jj < visible ? dots[jj] : -INFINITY;
       float mb = -INFINITY;
+#pragma omp simd reduction(max : mb)
       for (int64_t jj = 0; jj < jn; ++jj) mb = sc[r][jj] > mb ? sc[r][jj] : mb;
       const float m_new = std::max(m[r], mb);
       if (m_new == -INFINITY) {
@@ -370,6 +395,7 @@ STRATA_CLONES void attend_tile(float* out, int64_t out_stride, const float* q, i
         continue;
       }
       float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
       for (int64_t jj = 0; jj < jn; ++jj) {
         const float pj = exp_fast(sc[r][jj] - m_new);
         sc[r][jj] = pj;
@@ -405,6 +431,102 @@ STRATA_CLONES void attend_tile(float* out, int64_t out_stride, const float* q, i
     for (int64_t d = 0; d < hd; ++d) o[d] = acc[r][d] * inv;
   }
 }
+
+#if defined(__x86_64__)
+#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+// Keys t0 .. t0 + 15 of channel d of kv head g (a whole 16-aligned block of a
+// page whose size is a multiple of 16), dequantized as dequant_keys does:
+// d * c, then + m.
+STRATA_AVX512 inline __m512 key16(const KeyLayout& L, const void* page, int64_t g, int64_t d,
+                                  int64_t t0) {
+  const uint16_t* grid = L.grid(page, g, d);
+  const __m512 dd = _mm512_set1_ps(_cvtsh_ss(grid[0]));  // exact, as f16_to_f32
+  const __m512 m = _mm512_set1_ps(_cvtsh_ss(grid[1]));
+  const uint8_t* c = L.codes(page, g, d);
+  __m128i bytes;
+  if (L.bits == 8) {
+    bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + t0));
+  } else {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + t0 / 2));
+    const __m128i nib = _mm_set1_epi8(15);
+    bytes = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+  }
+  const __m512 cf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+  return _mm512_add_ps(_mm512_mul_ps(dd, cf), m);
+}
+
+// Decode: one query token, query heads h0 .. h0 + n_h - 1 (n_h <= 8) of kv
+// head g, over n_keys keys in pages of a multiple of 16 tokens. Per block of
+// 16 keys: the scores of every head from the channel-major keys (16 keys per
+// register), one online-softmax fold per head (as attend_tile), then the
+// values dequantized row by row and added in.
+STRATA_AVX512 void decode_quant_avx512(float* out, int64_t out_stride, const float* q,
+                                       int64_t q_stride, const KvPages& kv, const int32_t* ids,
+                                       int64_t g, int64_t h0, int64_t n_h, int64_t tok,
+                                       int64_t n_keys, float scale) {
+  constexpr int kMaxH = 8;
+  const int64_t hd = kv.head_dim;  // a multiple of 32
+  const int64_t nv = hd / 16;
+  const KeyLayout keys(kv.dtype, kv.page_size, kv.n_kv_head, hd);
+  const size_t hrb = head_row_bytes(kv);
+  alignas(64) float qs[kMaxH][kMaxHeadDim];
+  alignas(64) float acc[kMaxH][kMaxHeadDim];
+  alignas(64) float pj[kMaxH][kKeyBlock];
+  alignas(64) float vt[kKeyBlock][kMaxHeadDim];
+  float m[kMaxH], l[kMaxH];
+  for (int64_t h = 0; h < n_h; ++h) {
+    const float* qr = q + tok * q_stride + (h0 + h) * hd;
+    for (int64_t d = 0; d < hd; ++d) qs[h][d] = qr[d] * scale;
+    for (int64_t d = 0; d < hd; ++d) acc[h][d] = 0.0f;
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+  }
+  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+    const int64_t jn = std::min(kKeyBlock, n_keys - j0);
+    const void* page = kv.k[ids[j0 / kv.page_size]];
+    const int64_t t0 = j0 % kv.page_size;
+    __m512 s[kMaxH];
+    for (int64_t h = 0; h < n_h; ++h) s[h] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < hd; ++d) {
+      const __m512 k = key16(keys, page, g, d, t0);
+      for (int64_t h = 0; h < n_h; ++h) s[h] = _mm512_fmadd_ps(_mm512_set1_ps(qs[h][d]), k, s[h]);
+    }
+    const __mmask16 valid = static_cast<__mmask16>((1u << jn) - 1u);
+    for (int64_t h = 0; h < n_h; ++h) {
+      const __m512 sc = _mm512_mask_blend_ps(valid, _mm512_set1_ps(-INFINITY), s[h]);
+      const float m_new = std::max(m[h], _mm512_reduce_max_ps(sc));
+      const __m512 p = exp_fast_avx512(_mm512_sub_ps(sc, _mm512_set1_ps(m_new)));
+      _mm512_store_ps(pj[h], p);
+      const float corr = exp_fast(m[h] - m_new);
+      l[h] = l[h] * corr + _mm512_reduce_add_ps(p);
+      m[h] = m_new;
+      if (corr != 1.0f) {
+        const __m512 cv = _mm512_set1_ps(corr);
+        for (int64_t c = 0; c < nv; ++c) {
+          _mm512_store_ps(acc[h] + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc[h] + 16 * c), cv));
+        }
+      }
+    }
+    dequantize_rows(kv.dtype, kv_row(kv, kv.v, ids, j0, g, hrb), hrb * kv.n_kv_head, vt[0],
+                    kMaxHeadDim, jn, hd);
+    for (int64_t jj = 0; jj < jn; ++jj) {
+      for (int64_t h = 0; h < n_h; ++h) {
+        const __m512 pv = _mm512_set1_ps(pj[h][jj]);
+        for (int64_t c = 0; c < nv; ++c) {
+          _mm512_store_ps(acc[h] + 16 * c, _mm512_fmadd_ps(pv, _mm512_load_ps(vt[jj] + 16 * c),
+                                                           _mm512_load_ps(acc[h] + 16 * c)));
+        }
+      }
+    }
+  }
+  for (int64_t h = 0; h < n_h; ++h) {
+    float* o = out + tok * out_stride + (h0 + h) * hd;
+    const float inv = 1.0f / l[h];
+    for (int64_t d = 0; d < hd; ++d) o[d] = acc[h][d] * inv;
+  }
+}
+#endif  // __x86_64__
 
 }  // namespace
 
@@ -456,6 +578,9 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
   const int64_t max_tiles = (max_new + tile - 1) / tile;
   const int64_t per_tile = batch.n_seq * kv.n_kv_head * n_hchunks;
   const int64_t n_items = max_tiles * per_tile;
+  // The AVX-512 decode kernel reads whole 16-key blocks of a page.
+  [[maybe_unused]] const bool fast_decode =
+      cpu_features().avx512 && kv.page_size % kKeyBlock == 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(work, int64_t{1} << 16))
   for (int64_t item = 0; item < n_items; ++item) {
     const int64_t tile_rev = item / per_tile;
@@ -472,6 +597,13 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
     const int64_t h0 = g * group + c * n_h;
     const int32_t* ids = batch.page_ids + batch.page_indptr[s];
     const int64_t n_hi = std::min(n_h, (g + 1) * group - h0);
+#if defined(__x86_64__)
+    if (fast_decode && n_tok == 1 && n_hi <= 8) {
+      decode_quant_avx512(out, out_stride, q, q_stride, kv, ids, g, h0, n_hi,
+                          batch.q_indptr[s] + first, pos0 + 1, scale);
+      continue;
+    }
+#endif
     attend_tile(out, out_stride, q, q_stride, kv, ids, g, h0, n_hi, batch.q_indptr[s] + first,
                 n_tok, pos0, scale);
   }
@@ -557,7 +689,9 @@ Status kv_append_quant(void* const* k_pages, void* const* v_pages, int64_t n_pag
   const KeyLayout keys(dtype, page_size, n_kv_head, head_dim);
   const std::vector<KeyRun> runs = key_runs(slots, n_tokens, page_size);
   const int64_t n_items = static_cast<int64_t>(runs.size()) * n_kv_head;
-#pragma omp parallel for schedule(static) num_threads(threads_for(n_tokens * row))
+  // Work per key element: a grid check, a division and a rounding, and now
+  // and then a re-grid of the page's older codes: some 16 flops' worth.
+#pragma omp parallel for schedule(static) num_threads(threads_for(n_tokens * row * 16))
   for (int64_t item = 0; item < n_items; ++item) {
     thread_local std::vector<float> xs;
     const KeyRun& r = runs[static_cast<size_t>(item / n_kv_head)];
