@@ -18,25 +18,10 @@
 
 namespace strata::cpu {
 
-namespace {
-
-constexpr int64_t kMaxRows = 32;  // query rows (tokens x heads of one kv head) per work item
-constexpr int64_t kKeyBlock = kAttentionKeyBlock;
-
-bool kv_dtype_ok(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
-}
-
-int64_t elem_bytes(DType t) {
-  return t == DType::kF32 ? 4 : 2;
-}
-
-// Validates a batch; on success *n_tokens is the number of query rows, *max_new
-// the most new tokens of one sequence and *work a rough cost (multiply-adds).
-Status check_batch(const float* out, int64_t out_stride, const float* q, int64_t q_stride,
-                   int64_t n_head, const KvPages& kv, const AttentionBatch& b, int64_t* n_tokens,
-                   int64_t* max_new, int64_t* work) {
-  if (!kv_dtype_ok(kv.dtype)) return Status::kUnsupported;
+Status check_attention_batch(const float* out, int64_t out_stride, const float* q,
+                             int64_t q_stride, int64_t n_head, const KvPages& kv,
+                             const AttentionBatch& b, int64_t* n_tokens, int64_t* max_new,
+                             int64_t* work) {
   if (kv.head_dim > kMaxHeadDim) return Status::kUnsupported;
   if (kv.page_size < 1 || kv.n_kv_head < 1 || kv.head_dim < 1 || kv.n_pages < 0 || n_head < 1 ||
       n_head % kv.n_kv_head != 0 || b.n_seq < 0 ||
@@ -76,6 +61,28 @@ Status check_batch(const float* out, int64_t out_stride, const float* q, int64_t
     return Status::kInvalidArgument;
   }
   return Status::kOk;
+}
+
+namespace {
+
+constexpr int64_t kMaxRows = 32;  // query rows (tokens x heads of one kv head) per work item
+constexpr int64_t kKeyBlock = kAttentionKeyBlock;
+
+bool kv_dtype_ok(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
+int64_t elem_bytes(DType t) {
+  return t == DType::kF32 ? 4 : 2;
+}
+
+// f32/f16/bf16 pages; the shape checks are check_attention_batch's.
+Status check_batch(const float* out, int64_t out_stride, const float* q, int64_t q_stride,
+                   int64_t n_head, const KvPages& kv, const AttentionBatch& b, int64_t* n_tokens,
+                   int64_t* max_new, int64_t* work) {
+  if (!kv_dtype_ok(kv.dtype)) return Status::kUnsupported;
+  return check_attention_batch(out, out_stride, q, q_stride, n_head, kv, b, n_tokens, max_new,
+                               work);
 }
 
 // Keys are processed in blocks of kKeyBlock: the block's K (then V) rows of

@@ -57,6 +57,16 @@ inline constexpr int64_t kMaxHeadDim = 256;
 // running sums once (the accuracy bound of the tests counts the folds).
 inline constexpr int64_t kAttentionKeyBlock = 16;
 
+// The shape checks every paged attention kernel makes on its arguments
+// (the dtype is the caller's to check): kUnsupported for head_dim above
+// kMaxHeadDim, kInvalidArgument for a malformed batch, page table or stride.
+// On success *n_tokens is the number of query rows, *max_new the most new
+// tokens of one sequence and *work a rough cost (multiply-adds).
+Status check_attention_batch(const float* out, int64_t out_stride, const float* q,
+                             int64_t q_stride, int64_t n_head, const KvPages& kv,
+                             const AttentionBatch& b, int64_t* n_tokens, int64_t* max_new,
+                             int64_t* work);
+
 // out: [n_tokens, n_head, head_dim] f32, token row stride out_stride
 // q:   [n_tokens, n_head, head_dim] f32, token row stride q_stride
 // n_tokens = batch.q_indptr[n_seq]; scale is usually 1/sqrt(head_dim).

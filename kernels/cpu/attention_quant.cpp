@@ -253,53 +253,14 @@ void append_key_run(const KeyLayout& L, void* page, const KeyRun& r, int64_t g, 
   }
 }
 
-// Validates a batch as paged_attention does; on success *n_tokens is the
-// number of query rows, *max_new the most new tokens of one sequence and
-// *work a rough cost (multiply-adds).
+// Quantized pages whose groups fit head_dim; the shape checks are
+// check_attention_batch's (kernels/cpu/attention.h).
 Status check_batch(const float* out, int64_t out_stride, const float* q, int64_t q_stride,
                    int64_t n_head, const KvPages& kv, const AttentionBatch& b, int64_t* n_tokens,
                    int64_t* max_new, int64_t* work) {
-  if (kv.head_dim < 1 || kv.head_dim > kMaxHeadDim || !kv_quant_ok(kv.dtype, kv.head_dim)) {
-    return Status::kUnsupported;
-  }
-  if (kv.page_size < 1 || kv.n_kv_head < 1 || kv.n_pages < 0 || n_head < 1 ||
-      n_head % kv.n_kv_head != 0 || b.n_seq < 0 ||
-      (kv.n_pages > 0 && (kv.k == nullptr || kv.v == nullptr))) {
-    return Status::kInvalidArgument;
-  }
-  *n_tokens = 0;
-  *max_new = 0;
-  *work = 0;
-  if (b.n_seq == 0) return Status::kOk;
-  if (b.q_indptr == nullptr || b.kv_len == nullptr || b.page_indptr == nullptr ||
-      b.q_indptr[0] != 0 || b.page_indptr[0] != 0) {
-    return Status::kInvalidArgument;
-  }
-  for (int64_t s = 0; s < b.n_seq; ++s) {
-    const int64_t n_new = static_cast<int64_t>(b.q_indptr[s + 1]) - b.q_indptr[s];
-    const int64_t n_pg = static_cast<int64_t>(b.page_indptr[s + 1]) - b.page_indptr[s];
-    const int64_t len = b.kv_len[s];
-    if (n_new < 0 || n_pg < 0 || len < n_new || n_pg * kv.page_size < len) {
-      return Status::kInvalidArgument;
-    }
-    if (n_pg > 0 && b.page_ids == nullptr) return Status::kInvalidArgument;
-    const int64_t used = (len + kv.page_size - 1) / kv.page_size;
-    for (int64_t i = 0; i < used; ++i) {
-      const int32_t id = b.page_ids[b.page_indptr[s] + i];
-      if (id < 0 || id >= kv.n_pages || kv.k[id] == nullptr || kv.v[id] == nullptr) {
-        return Status::kInvalidArgument;
-      }
-    }
-    *max_new = std::max(*max_new, n_new);
-    *work += n_new * len;
-  }
-  *n_tokens = b.q_indptr[b.n_seq];
-  *work *= n_head * kv.head_dim * 2;
-  const int64_t row = n_head * kv.head_dim;
-  if (*n_tokens > 0 && (out == nullptr || q == nullptr || out_stride < row || q_stride < row)) {
-    return Status::kInvalidArgument;
-  }
-  return Status::kOk;
+  if (kv.head_dim < 1 || !kv_quant_ok(kv.dtype, kv.head_dim)) return Status::kUnsupported;
+  return check_attention_batch(out, out_stride, q, q_stride, n_head, kv, b, n_tokens, max_new,
+                               work);
 }
 
 Status check_append(void* const* k_pages, void* const* v_pages, int64_t n_pages, DType dtype,
