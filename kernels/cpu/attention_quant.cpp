@@ -29,6 +29,9 @@ namespace strata::cpu {
 namespace {
 
 constexpr int64_t kMaxRows = 32;  // query rows (tokens x heads of one kv head) per work item
+// Prefill dequantizes the pages it reads into f32 pages up to this size per
+// call (one layer); a larger batch runs the tile kernel on quantized pages.
+constexpr uint64_t kPrefillDequantBytes = uint64_t{256} << 20;
 constexpr int64_t kKeyBlock = kAttentionKeyBlock;
 
 // Bytes of one (token, kv head) row of a page.
@@ -529,6 +532,64 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
           check_batch(out, out_stride, q, q_stride, n_head, kv, batch, &n_tokens, &max_new, &work);
       s != Status::kOk || n_tokens == 0) {
     return s;
+  }
+  if (max_new > 1) {
+    // Prefill: many query tiles read the same keys, so the pages the batch
+    // uses are dequantized once into f32 pages (the values the tile kernel
+    // would compute) and the f32 kernel runs on them, when they fit.
+    // The pages the batch reads, each with the number of its slots that
+    // hold keys (the rest are written as zeros, never stale bytes).
+    std::vector<int32_t> used;
+    std::vector<int64_t> filled(static_cast<size_t>(kv.n_pages), 0);
+    for (int64_t sq = 0; sq < batch.n_seq; ++sq) {
+      const int64_t len = batch.kv_len[sq];
+      const int64_t n_pg = (len + kv.page_size - 1) / kv.page_size;
+      for (int64_t i = 0; i < n_pg; ++i) {
+        const int32_t id = batch.page_ids[batch.page_indptr[sq] + i];
+        int64_t& f = filled[static_cast<size_t>(id)];
+        if (f == 0) used.push_back(id);
+        f = std::max(f, std::min(kv.page_size, len - i * kv.page_size));
+      }
+    }
+    const int64_t page_elems = kv.page_size * kv.n_kv_head * kv.head_dim;
+    const uint64_t bytes = used.size() * 2 * static_cast<uint64_t>(page_elems) * sizeof(float);
+    if (bytes <= kPrefillDequantBytes) {
+      std::vector<float> buf(used.size() * 2 * static_cast<size_t>(page_elems));
+      std::vector<const void*> kp(static_cast<size_t>(kv.n_pages), nullptr);
+      std::vector<const void*> vp(static_cast<size_t>(kv.n_pages), nullptr);
+      const KeyLayout keys(kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim);
+      const size_t hrb = head_row_bytes(kv);
+      const int64_t n_used = static_cast<int64_t>(used.size());
+#pragma omp parallel for schedule(static) num_threads(threads_for(n_used * page_elems * 4))
+      for (int64_t u = 0; u < n_used; ++u) {
+        const int32_t id = used[static_cast<size_t>(u)];
+        float* kd = buf.data() + static_cast<size_t>(2 * u * page_elems);
+        float* vd = kd + page_elems;
+        kp[static_cast<size_t>(id)] = kd;
+        vp[static_cast<size_t>(id)] = vd;
+        const int64_t nf = filled[static_cast<size_t>(id)];
+        for (int64_t g = 0; g < kv.n_kv_head; ++g) {
+          for (int64_t d = 0; d < kv.head_dim; ++d) {
+            const uint16_t* grid = keys.grid(kv.k[id], g, d);
+            const float dd = half_to_float(grid[0]), m = half_to_float(grid[1]);
+            const uint8_t* codes = keys.codes(kv.k[id], g, d);
+            for (int64_t t = 0; t < nf; ++t) {
+              kd[(t * kv.n_kv_head + g) * kv.head_dim + d] = key_value(keys.get(codes, t), m, dd);
+            }
+          }
+        }
+        const char* vpage = static_cast<const char*>(kv.v[id]);
+        dequantize_rows(kv.dtype, vpage, hrb, vd, kv.head_dim, nf * kv.n_kv_head, kv.head_dim);
+        const size_t done = static_cast<size_t>(nf * kv.n_kv_head * kv.head_dim);
+        std::fill(kd + done, kd + page_elems, 0.0f);
+        std::fill(vd + done, vd + page_elems, 0.0f);
+      }
+      KvPages f = kv;
+      f.k = kp.data();
+      f.v = vp.data();
+      f.dtype = DType::kF32;
+      return paged_attention(out, out_stride, q, q_stride, n_head, f, batch, scale);
+    }
   }
   // The split of paged_attention: (sequence, kv head, chunk of its query
   // heads, tile of query tokens), last tiles first.
