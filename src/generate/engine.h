@@ -59,7 +59,8 @@ struct EngineOptions {
   DType compute_dtype = DType::kF32;  // f32, bf16 or i8 (int8 products with quantized
                                       // weights, CPU; kernels/cpu/matmul_int8.h)
   DType kv_dtype = DType::kF32;       // storage of the KV cache: f32, f16, bf16 or a q4/q8
-                                      // format quantized per token along head_dim
+                                      // format (values per token along head_dim, keys per
+                                      // channel over each page: kernels/cpu/attention_quant.h)
   int64_t gpu_batch_size = 8;         // sequences per micro-batch
   int64_t num_gpu_batches = 1;        // micro-batches per block
   int64_t page_size = 16;             // tokens per KV page

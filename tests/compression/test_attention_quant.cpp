@@ -288,9 +288,10 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantAttention,
                                   (std::get<1>(info.param) ? "_native" : "_portable");
                          });
 
-// kv_append quantizes every row exactly as quantize_row_ref does (per kv
-// head, so per token along head_dim), writes only its slots, and folds the
-// f32 keys into the page min/max in token order, over several calls.
+// kv_append quantizes every value row exactly as quantize_row_ref does (per
+// kv head, so per token along head_dim) and every key channel as the
+// reference does (bit for bit), writes only its slots, and folds the f32 keys
+// into the page min/max in token order, over several calls.
 TEST(KvAppendQuant, MatchesReferenceBitForBitAndKeepsF32KeyMinMax) {
   for (DType t : kAllFormats) {
     SCOPED_TRACE(dtype_name(t));
