@@ -464,7 +464,11 @@ TEST(Report, JsonHasTheStableNames) {
   EXPECT_FALSE(j["links"]["cpu->gpu"].contains("gb_per_s"));  // no time: no rate
   EXPECT_DOUBLE_EQ(j["queue_busy"]["compute"].get<double>(), 0.8);
   EXPECT_EQ(j["peak_bytes"]["cpu"], 1 << 20);
-  r.predicted = PredictedThroughput{1, 2, 3};
+  PredictedThroughput pred;
+  pred.prefill_tokens_per_s = 1;
+  pred.decode_tokens_per_s = 2;
+  pred.total_tokens_per_s = 3;
+  r.predicted = pred;
   EXPECT_DOUBLE_EQ(r.to_json()["predicted"]["decode_tokens_per_s"].get<double>(), 2.0);
 
   ScratchDir dir;
