@@ -360,6 +360,39 @@ TEST_P(CompressedKv, Q8AndQ4WithinTheDerivedBound) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CompressedKv, ::testing::Values("opt", "llama", "qwen2"));
 
+// Placement never changes the arithmetic, quantized KV included: q4 and q8
+// pages (keys per channel, re-gridded while a page fills) homed on disk —
+// written once complete, read back for attention — give the bits of the same
+// run with every page in RAM, scoring and decoding. Pages of 4 tokens, so
+// the prompts fill several and the decode steps complete more.
+TEST(CompressedKvOnDisk, GivesTheBitsOfTheRunInRam) {
+  const Fixture f = halved_heads("llama");
+  const fs::path dir = temp_dir("kv_disk");
+  fs::remove_all(dir);
+  for (DType kv : {DType::kQ4A32, DType::kQ8A32}) {
+    SCOPED_TRACE(dtype_name(kv));
+    EngineOptions ram = options(kv);
+    ram.page_size = 4;
+    EngineOptions disk = ram;
+    disk.kv_cpu = 0;  // every KV page homed on disk
+    disk.offload_dir = dir.string();
+    auto e_ram = make_engine(*f.model, ram);
+    auto e_disk = make_engine(*f.model, disk);
+    std::vector<std::vector<int32_t>> forced;
+    const RunLogits a = run(*e_ram, f.prompts, forced, kSteps);
+    const RunLogits b = run(*e_disk, f.prompts, forced, kSteps);
+    const EngineStats st = e_disk->stats();
+    ASSERT_TRUE(st.links.count("cpu->disk") && st.links.count("disk->cpu"));
+    EXPECT_GT(st.links.at("cpu->disk").bytes, 0u) << "pages stored on disk";
+    EXPECT_GT(st.links.at("disk->cpu").bytes, 0u) << "pages read back from disk";
+    ASSERT_EQ(a.scored.size(), b.scored.size());
+    for (size_t p = 0; p < a.scored.size(); ++p) EXPECT_EQ(a.scored[p], b.scored[p]) << p;
+    for (size_t p = 0; p < a.steps.size(); ++p) EXPECT_EQ(a.steps[p], b.steps[p]) << p;
+  }
+  fs::remove_all(dir);
+  fs::remove_all(temp_dir("hd32_llama"));
+}
+
 // The format rho the KV bound uses: close to step / sqrt(12) over the rms,
 // with step = E[range of 32 N(0,1)] / levels (4.1 / 255 and 4.1 / 15).
 TEST(KvFormatError, IsTheQuantizationStep) {
