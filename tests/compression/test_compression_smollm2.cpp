@@ -100,6 +100,7 @@ TEST(CompressionSmolLM2, DecodeFilledPagesLoseNoMoreThanPromptPages) {
     o.kv_dtype = kv;
     o.gpu_batch_size = 1;
     o.kv_budget_bytes = uint64_t{256} << 20;
+    o.threads = 1;  // 255 one-token steps: no parallel regions to contend for under ctest -j
     const auto engine = make_engine(*model, o);
     SeqInput in;
     in.prompt = {ids[0]};
@@ -131,6 +132,7 @@ TEST(CompressionSmolLM2, DecodeFilledPagesLoseNoMoreThanPromptPages) {
     o.kv_dtype = kv;
     o.gpu_batch_size = 1;
     o.kv_budget_bytes = uint64_t{256} << 20;
+    o.threads = 1;  // 255 one-token steps: no parallel regions to contend for under ctest -j
     const auto engine = make_engine(*model, o);
     return perplexity(*engine, ids, n_ctx).ppl;
   };
