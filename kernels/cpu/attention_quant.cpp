@@ -28,10 +28,9 @@ namespace strata::cpu {
 
 namespace {
 
-constexpr int64_t kMaxRows = 32;  // query rows (tokens x heads of one kv head) per work item
-// Prefill dequantizes the pages it reads into f32 pages up to this size per
-// call (one layer); a larger batch runs the tile kernel on quantized pages.
-constexpr uint64_t kPrefillDequantBytes = uint64_t{256} << 20;
+// Attention outside the AVX-512 decode kernel dequantizes the pages it reads
+// into f32 pages, at most this many bytes at a time (one sequence at least).
+constexpr uint64_t kDequantBytes = uint64_t{256} << 20;
 constexpr int64_t kKeyBlock = kAttentionKeyBlock;
 
 // Bytes of one (token, kv head) row of a page.
@@ -191,34 +190,6 @@ void append_key_channel(const KeyLayout& L, void* page, int64_t g, int64_t d, in
   for (int64_t i = 0; i < n; ++i) L.set(codes, off[i], key_code(x[i * x_stride], m, dd, L.levels));
 }
 
-// Keys t0 .. t0 + n - 1 (page offsets) of kv head g, dequantized into
-// columns col .. col + n - 1 of kt[d][.] (channel-major: one channel of
-// kAttentionKeyBlock keys per row, as the per-channel codes lie).
-void dequant_keys(const KeyLayout& L, const void* page, int64_t g, int64_t t0, int64_t n,
-                  float (*kt)[kKeyBlock], int64_t col) {
-  for (int64_t d = 0; d < L.head_dim; ++d) {
-    const uint16_t* grid = L.grid(page, g, d);
-    const float dd = half_to_float(grid[0]), m = half_to_float(grid[1]);
-    const uint8_t* codes = L.codes(page, g, d);
-    float* out = kt[d] + col;
-    if (L.bits == 8) {
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) out[i] = key_value(codes[t0 + i], m, dd);
-    } else if ((t0 & 1) == 0) {
-      const uint8_t* c = codes + (t0 >> 1);
-      const int64_t pairs = n >> 1;
-#pragma omp simd
-      for (int64_t i = 0; i < pairs; ++i) {
-        out[2 * i] = key_value(c[i] & 15, m, dd);
-        out[2 * i + 1] = key_value(c[i] >> 4, m, dd);
-      }
-      if (n & 1) out[n - 1] = key_value(c[pairs] & 15, m, dd);
-    } else {
-      for (int64_t i = 0; i < n; ++i) out[i] = key_value(L.get(codes, t0 + i), m, dd);
-    }
-  }
-}
-
 // The keys of one call grouped by page: runs of token indices (in slot
 // order within a page), with the offsets they write and the number of keys
 // the page held before.
@@ -295,112 +266,11 @@ inline void fold(float x, float* mn, float* mx) {
 }
 
 
-// One work item: n_tok consecutive query tokens of one sequence (the first at
-// flat row tok0 and position pos0) and query heads h0 .. h0 + n_h - 1, all
-// reading kv head g. Each block of keys (then values) is dequantized into an
-// L1 tile with quant's dequantize_row and folded into an online softmax
-// (flash attention) in f32.
-STRATA_CLONES void attend_tile(float* out, int64_t out_stride, const float* q, int64_t q_stride,
-                               const KvPages& kv, const int32_t* ids, int64_t g, int64_t h0,
-                               int64_t n_h, int64_t tok0, int64_t n_tok, int64_t pos0,
-                               float scale) {
-  const int64_t hd = kv.head_dim;  // a multiple of 32
-  const size_t hrb = head_row_bytes(kv);
-  const KeyLayout keys(kv.dtype, kv.page_size, kv.n_kv_head, hd);
-  const int64_t n_rows = n_tok * n_h;
-  alignas(64) float qs[kMaxRows][kMaxHeadDim];
-  alignas(64) float acc[kMaxRows][kMaxHeadDim];
-  alignas(64) float sc[kMaxRows][kKeyBlock];
-  alignas(64) float tile[kKeyBlock][kMaxHeadDim];  // values, key-major
-  alignas(64) float kt[kMaxHeadDim][kKeyBlock];     // keys, channel-major
-  float m[kMaxRows];
-  float l[kMaxRows];
-  int64_t pos[kMaxRows];
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const int64_t t = r / n_h;
-    const float* qr = q + (tok0 + t) * q_stride + (h0 + r % n_h) * hd;
-    for (int64_t d = 0; d < hd; ++d) qs[r][d] = qr[d] * scale;
-    for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-    pos[r] = pos0 + t;
-  }
-  const int64_t n_keys = pos0 + n_tok;
-  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
-    const int64_t jn = std::min(kKeyBlock, n_keys - j0);
-    for (int64_t jj = 0; jj < jn;) {  // page by page
-      const int64_t j = j0 + jj;
-      const int64_t t = j % kv.page_size;
-      const int64_t n = std::min(jn - jj, kv.page_size - t);
-      dequant_keys(keys, kv.k[ids[j / kv.page_size]], g, t, n, kt, jj);
-      jj += n;
-    }
-    if (jn < kKeyBlock) {  // the columns past the last key: zeros, never used
-      for (int64_t d = 0; d < hd; ++d) {
-        for (int64_t jj = jn; jj < kKeyBlock; ++jj) kt[d][jj] = 0.0f;
-      }
-    }
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const int64_t visible = std::min(jn, pos[r] - j0 + 1);  // keys j0 .. pos[r]
-      // Scores of the block's keys: a sum over channels, 16 keys at a time.
-      alignas(64) float dots[kKeyBlock] = {};
-      for (int64_t d = 0; d < hd; ++d) {
-        const float qd = qs[r][d];
-#pragma omp simd
-        for (int64_t jj = 0; jj < kKeyBlock; ++jj) dots[jj] += qd * kt[d][jj];
-      }
-      for (int64_t jj = 0; jj < jn; ++jj) sc[r][jj] = jj < visible ? dots[jj] : -INFINITY;
-      float mb = -INFINITY;
-#pragma omp simd reduction(max : mb)
-      for (int64_t jj = 0; jj < jn; ++jj) mb = sc[r][jj] > mb ? sc[r][jj] : mb;
-      const float m_new = std::max(m[r], mb);
-      if (m_new == -INFINITY) {
-        for (int64_t jj = 0; jj < jn; ++jj) sc[r][jj] = 0.0f;
-        continue;
-      }
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t jj = 0; jj < jn; ++jj) {
-        const float pj = exp_fast(sc[r][jj] - m_new);
-        sc[r][jj] = pj;
-        sum += pj;
-      }
-      const float corr = exp_fast(m[r] - m_new);
-      l[r] = l[r] * corr + sum;
-      m[r] = m_new;
-      if (corr != 1.0f) {
-#pragma omp simd
-        for (int64_t d = 0; d < hd; ++d) acc[r][d] *= corr;
-      }
-    }
-    for (int64_t jj = 0; jj < jn;) {  // page by page: rows n_kv_head rows apart
-      const int64_t j = j0 + jj;
-      const int64_t n = std::min(jn - jj, kv.page_size - j % kv.page_size);
-      dequantize_rows(kv.dtype, kv_row(kv, kv.v, ids, j, g, hrb), hrb * kv.n_kv_head, tile[jj],
-                      kMaxHeadDim, n, hd);
-      jj += n;
-    }
-    for (int64_t r = 0; r < n_rows; ++r) {
-      for (int64_t jj = 0; jj < jn; ++jj) {
-        const float pj = sc[r][jj];
-#pragma omp simd
-        for (int64_t d = 0; d < hd; ++d) acc[r][d] += pj * tile[jj][d];
-      }
-    }
-  }
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const int64_t t = r / n_h;
-    float* o = out + (tok0 + t) * out_stride + (h0 + r % n_h) * hd;
-    const float inv = 1.0f / l[r];
-    for (int64_t d = 0; d < hd; ++d) o[d] = acc[r][d] * inv;
-  }
-}
-
 #if defined(__x86_64__)
 #define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
 // Keys t0 .. t0 + 15 of channel d of kv head g (a whole 16-aligned block of a
-// page whose size is a multiple of 16), dequantized as dequant_keys does:
+// page whose size is a multiple of 16), dequantized as kv_key_dequant does:
 // d * c, then + m.
 STRATA_AVX512 inline __m512 key16(const KeyLayout& L, const void* page, int64_t g, int64_t d,
                                   int64_t t0) {
@@ -423,7 +293,7 @@ STRATA_AVX512 inline __m512 key16(const KeyLayout& L, const void* page, int64_t 
 // Decode: one query token, query heads h0 .. h0 + n_h - 1 (n_h <= 8) of kv
 // head g, over n_keys keys in pages of a multiple of 16 tokens. Per block of
 // 16 keys: the scores of every head from the channel-major keys (16 keys per
-// register), one online-softmax fold per head (as attend_tile), then the
+// register), one online-softmax fold per head (as the f32 kernels), then the
 // values dequantized row by row and added in.
 STRATA_AVX512 void decode_quant_avx512(float* out, int64_t out_stride, const float* q,
                                        int64_t q_stride, const KvPages& kv, const int32_t* ids,
@@ -524,6 +394,32 @@ bool kv_quant_ok(DType dtype, int64_t head_dim) {
   return is_quantized(dtype) && head_dim > 0 && row_elems_ok(dtype, head_dim);
 }
 
+namespace {
+
+// Dequantizes page `id` (its first `filled` slots; the rest are zeros, never
+// stale bytes) into f32 K and V pages of the same layout as f16/f32 pages.
+void dequantize_page(const KvPages& kv, const KeyLayout& keys, int32_t id, int64_t filled,
+                     float* kd, float* vd) {
+  const int64_t page_elems = kv.page_size * kv.n_kv_head * kv.head_dim;
+  for (int64_t g = 0; g < kv.n_kv_head; ++g) {
+    for (int64_t d = 0; d < kv.head_dim; ++d) {
+      const uint16_t* grid = keys.grid(kv.k[id], g, d);
+      const float dd = half_to_float(grid[0]), m = half_to_float(grid[1]);
+      const uint8_t* codes = keys.codes(kv.k[id], g, d);
+      for (int64_t t = 0; t < filled; ++t) {
+        kd[(t * kv.n_kv_head + g) * kv.head_dim + d] = key_value(keys.get(codes, t), m, dd);
+      }
+    }
+  }
+  dequantize_rows(kv.dtype, kv.v[id], head_row_bytes(kv), vd, kv.head_dim, filled * kv.n_kv_head,
+                  kv.head_dim);
+  const size_t done = static_cast<size_t>(filled * kv.n_kv_head * kv.head_dim);
+  std::fill(kd + done, kd + page_elems, 0.0f);
+  std::fill(vd + done, vd + page_elems, 0.0f);
+}
+
+}  // namespace
+
 Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int64_t q_stride,
                              int64_t n_head, const KvPages& kv, const AttentionBatch& batch,
                              float scale) {
@@ -533,101 +429,79 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
       s != Status::kOk || n_tokens == 0) {
     return s;
   }
-  if (max_new > 1) {
-    // Prefill: many query tiles read the same keys, so the pages the batch
-    // uses are dequantized once into f32 pages (the values the tile kernel
-    // would compute) and the f32 kernel runs on them, when they fit.
-    // The pages the batch reads, each with the number of its slots that
-    // hold keys (the rest are written as zeros, never stale bytes).
-    std::vector<int32_t> used;
-    std::vector<int64_t> filled(static_cast<size_t>(kv.n_pages), 0);
-    for (int64_t sq = 0; sq < batch.n_seq; ++sq) {
-      const int64_t len = batch.kv_len[sq];
-      const int64_t n_pg = (len + kv.page_size - 1) / kv.page_size;
-      for (int64_t i = 0; i < n_pg; ++i) {
-        const int32_t id = batch.page_ids[batch.page_indptr[sq] + i];
-        int64_t& f = filled[static_cast<size_t>(id)];
-        if (f == 0) used.push_back(id);
-        f = std::max(f, std::min(kv.page_size, len - i * kv.page_size));
-      }
-    }
-    const int64_t page_elems = kv.page_size * kv.n_kv_head * kv.head_dim;
-    const uint64_t bytes = used.size() * 2 * static_cast<uint64_t>(page_elems) * sizeof(float);
-    if (bytes <= kPrefillDequantBytes) {
-      std::vector<float> buf(used.size() * 2 * static_cast<size_t>(page_elems));
-      std::vector<const void*> kp(static_cast<size_t>(kv.n_pages), nullptr);
-      std::vector<const void*> vp(static_cast<size_t>(kv.n_pages), nullptr);
-      const KeyLayout keys(kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim);
-      const size_t hrb = head_row_bytes(kv);
-      const int64_t n_used = static_cast<int64_t>(used.size());
-#pragma omp parallel for schedule(static) num_threads(threads_for(n_used * page_elems * 4))
-      for (int64_t u = 0; u < n_used; ++u) {
-        const int32_t id = used[static_cast<size_t>(u)];
-        float* kd = buf.data() + static_cast<size_t>(2 * u * page_elems);
-        float* vd = kd + page_elems;
-        kp[static_cast<size_t>(id)] = kd;
-        vp[static_cast<size_t>(id)] = vd;
-        const int64_t nf = filled[static_cast<size_t>(id)];
-        for (int64_t g = 0; g < kv.n_kv_head; ++g) {
-          for (int64_t d = 0; d < kv.head_dim; ++d) {
-            const uint16_t* grid = keys.grid(kv.k[id], g, d);
-            const float dd = half_to_float(grid[0]), m = half_to_float(grid[1]);
-            const uint8_t* codes = keys.codes(kv.k[id], g, d);
-            for (int64_t t = 0; t < nf; ++t) {
-              kd[(t * kv.n_kv_head + g) * kv.head_dim + d] = key_value(keys.get(codes, t), m, dd);
-            }
-          }
-        }
-        const char* vpage = static_cast<const char*>(kv.v[id]);
-        dequantize_rows(kv.dtype, vpage, hrb, vd, kv.head_dim, nf * kv.n_kv_head, kv.head_dim);
-        const size_t done = static_cast<size_t>(nf * kv.n_kv_head * kv.head_dim);
-        std::fill(kd + done, kd + page_elems, 0.0f);
-        std::fill(vd + done, vd + page_elems, 0.0f);
-      }
-      KvPages f = kv;
-      f.k = kp.data();
-      f.v = vp.data();
-      f.dtype = DType::kF32;
-      return paged_attention(out, out_stride, q, q_stride, n_head, f, batch, scale);
-    }
-  }
-  // The split of paged_attention: (sequence, kv head, chunk of its query
-  // heads, tile of query tokens), last tiles first.
   const int64_t group = n_head / kv.n_kv_head;
-  const int64_t n_h = std::min(group, kMaxRows);
-  const int64_t n_hchunks = (group + n_h - 1) / n_h;
-  const int64_t tile = std::max<int64_t>(1, kMaxRows / n_h);
-  const int64_t max_tiles = (max_new + tile - 1) / tile;
-  const int64_t per_tile = batch.n_seq * kv.n_kv_head * n_hchunks;
-  const int64_t n_items = max_tiles * per_tile;
-  // The AVX-512 decode kernel reads whole 16-key blocks of a page.
-  [[maybe_unused]] const bool fast_decode =
-      cpu_features().avx512 && kv.page_size % kKeyBlock == 0;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(work, int64_t{1} << 16))
-  for (int64_t item = 0; item < n_items; ++item) {
-    const int64_t tile_rev = item / per_tile;
-    const int64_t s = item % per_tile / (kv.n_kv_head * n_hchunks);
-    const int64_t g = item % (kv.n_kv_head * n_hchunks) / n_hchunks;
-    const int64_t c = item % n_hchunks;
-    const int64_t n_new = batch.q_indptr[s + 1] - batch.q_indptr[s];
-    const int64_t n_tiles = (n_new + tile - 1) / tile;
-    const int64_t t = n_tiles - 1 - tile_rev;
-    if (t < 0) continue;
-    const int64_t first = t * tile;
-    const int64_t n_tok = std::min(tile, n_new - first);
-    const int64_t pos0 = batch.kv_len[s] - n_new + first;
-    const int64_t h0 = g * group + c * n_h;
-    const int32_t* ids = batch.page_ids + batch.page_indptr[s];
-    const int64_t n_hi = std::min(n_h, (g + 1) * group - h0);
 #if defined(__x86_64__)
-    if (fast_decode && n_tok == 1 && n_hi <= 8) {
-      decode_quant_avx512(out, out_stride, q, q_stride, kv, ids, g, h0, n_hi,
-                          batch.q_indptr[s] + first, pos0 + 1, scale);
-      continue;
+  // Decode: the AVX-512 kernel reads the quantized pages directly, whole
+  // 16-key blocks of a page, one item per (sequence, kv head).
+  if (max_new == 1 && group <= 8 && cpu_features().avx512 && kv.page_size % kKeyBlock == 0) {
+    const int64_t n_items = batch.n_seq * kv.n_kv_head;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(work, int64_t{1} << 16))
+    for (int64_t item = 0; item < n_items; ++item) {
+      const int64_t sq = item / kv.n_kv_head, g = item % kv.n_kv_head;
+      if (batch.q_indptr[sq + 1] == batch.q_indptr[sq]) continue;
+      decode_quant_avx512(out, out_stride, q, q_stride, kv, batch.page_ids + batch.page_indptr[sq],
+                          g, g * group, group, batch.q_indptr[sq], batch.kv_len[sq], scale);
     }
+    return Status::kOk;
+  }
 #endif
-    attend_tile(out, out_stride, q, q_stride, kv, ids, g, h0, n_hi, batch.q_indptr[s] + first,
-                n_tok, pos0, scale);
+  // Otherwise (prefill, where many query tiles read the same keys, or no
+  // AVX-512): the pages the sequences read are dequantized once into f32
+  // pages and the f32 kernel runs on them, a run of sequences at a time
+  // whose pages fit kDequantBytes (at least one sequence).
+  const KeyLayout keys(kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim);
+  const int64_t page_elems = kv.page_size * kv.n_kv_head * kv.head_dim;
+  const uint64_t page_pair_bytes = 2 * static_cast<uint64_t>(page_elems) * sizeof(float);
+  std::vector<float> buf;
+  for (int64_t s0 = 0; s0 < batch.n_seq;) {
+    // The sub-batch s0 .. s1 - 1 with its pages renumbered 0, 1, ...
+    std::vector<int32_t> q_indptr{0}, kv_len, page_indptr{0}, page_ids, src;
+    std::vector<int64_t> filled;
+    int64_t s1 = s0;
+    for (; s1 < batch.n_seq; ++s1) {
+      const int64_t len = batch.kv_len[s1];
+      const int64_t n_pg = (len + kv.page_size - 1) / kv.page_size;
+      if (s1 > s0 && (src.size() + static_cast<size_t>(n_pg)) * page_pair_bytes > kDequantBytes) {
+        break;
+      }
+      for (int64_t i = 0; i < n_pg; ++i) {
+        page_ids.push_back(static_cast<int32_t>(src.size()));
+        src.push_back(batch.page_ids[batch.page_indptr[s1] + i]);
+        filled.push_back(std::min(kv.page_size, len - i * kv.page_size));
+      }
+      q_indptr.push_back(batch.q_indptr[s1 + 1] - batch.q_indptr[s0]);
+      kv_len.push_back(batch.kv_len[s1]);
+      page_indptr.push_back(static_cast<int32_t>(page_ids.size()));
+    }
+    const int64_t n_src = static_cast<int64_t>(src.size());
+    buf.resize(static_cast<size_t>(n_src) * 2 * static_cast<size_t>(page_elems));
+    std::vector<const void*> kp(src.size()), vp(src.size());
+#pragma omp parallel for schedule(static) num_threads(threads_for(n_src * page_elems * 4))
+    for (int64_t u = 0; u < n_src; ++u) {
+      float* kd = buf.data() + static_cast<size_t>(2 * u * page_elems);
+      float* vd = kd + page_elems;
+      dequantize_page(kv, keys, src[static_cast<size_t>(u)], filled[static_cast<size_t>(u)], kd, vd);
+      kp[static_cast<size_t>(u)] = kd;
+      vp[static_cast<size_t>(u)] = vd;
+    }
+    KvPages f = kv;
+    f.k = kp.data();
+    f.v = vp.data();
+    f.n_pages = n_src;
+    f.dtype = DType::kF32;
+    AttentionBatch sub;
+    sub.n_seq = s1 - s0;
+    sub.q_indptr = q_indptr.data();
+    sub.kv_len = kv_len.data();
+    sub.page_indptr = page_indptr.data();
+    sub.page_ids = page_ids.data();
+    const int64_t row0 = batch.q_indptr[s0];
+    if (Status st = paged_attention(out + row0 * out_stride, out_stride, q + row0 * q_stride,
+                                    q_stride, n_head, f, sub, scale);
+        st != Status::kOk) {
+      return st;
+    }
+    s0 = s1;
   }
   return Status::kOk;
 }

@@ -27,11 +27,13 @@
 // page. Pages must be filled in token order, as the KV cache does.
 //
 // Page bytes are the larger of the K and V layouts (kv_quant_page_bytes), so
-// K and V pages have one size. Attention dequantizes one block of
-// kAttentionKeyBlock keys of one kv head at a time into an L1 tile (keys as
-// above, values exactly as dequantize_row_ref) and runs the same online
-// softmax in f32 as the f16/bf16 path; no dequantized copy of the cache is
-// ever made.
+// K and V pages have one size. Attention: decode (one new token per
+// sequence) with AVX-512 reads the quantized pages directly, 16 keys of a
+// channel per register and the value rows dequantized a block at a time;
+// everything else (prefill, where many query tiles read the same keys, or a
+// CPU without AVX-512) dequantizes the pages the batch reads once into f32
+// pages (keys as above, values exactly as dequantize_row_ref), a run of
+// sequences at a time within a byte cap, and runs the f32 kernel on them.
 //
 // The page key min/max (sparse attention's page scores) are kept from the f32
 // keys before quantization, not from the stored values: they bound the keys
