@@ -2,7 +2,6 @@
 #include "policy/policy.h"
 
 #include <algorithm>
-
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/kv_layout.h"
 #include "policy/yaml_fields.h"
 
 namespace strata {
@@ -110,9 +110,13 @@ double Compression::bytes_per_elem(double uncompressed) const {
 
 double Compression::kv_bytes_per_elem(double uncompressed) const {
   if (!enabled()) return uncompressed;
-  constexpr double kPageTokens = 16;  // the KV cache's page size
-  const double keys = (bits <= 4 ? 0.5 : 1.0) + 4.0 / kPageTokens;
-  return std::max(keys, bytes_per_elem(uncompressed));
+  const std::optional<DType> t = compression_dtype(*this);
+  STRATA_ASSERT_MSG(t.has_value(), "unchecked compression {}", to_string());
+  // A page of the KV cache's 16 tokens and one head of 128 (every group
+  // divides it), per element.
+  constexpr int64_t kPageTokens = 16, kHeadDim = 128;
+  return static_cast<double>(kv_quant_page_bytes(*t, kPageTokens, 1, kHeadDim)) /
+         static_cast<double>(kPageTokens * kHeadDim);
 }
 
 std::string Compression::to_string() const {

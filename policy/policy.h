@@ -35,10 +35,9 @@ struct Compression {
   bool enabled() const { return bits != 0; }
   // Bytes per element in the compressed form; `uncompressed` when off.
   double bytes_per_elem(double uncompressed) const;
-  // Bytes per element of a KV cache compressed this way: the larger of the
-  // key layout (per channel over a page of 16 tokens: the codes and an f16
-  // scale and minimum per channel; kernels/cpu/attention_quant.h) and the
-  // value layout (this format's blocks), as K and V pages have one size.
+  // Bytes per element of a KV cache compressed this way, pages of 16 tokens
+  // (core/kv_layout.h: keys per channel, values in this format's blocks, K
+  // and V pages of one size).
   double kv_bytes_per_elem(double uncompressed) const;
   // "none", "q4 (group 64)", "q8s (group 32)".
   std::string to_string() const;

@@ -364,22 +364,6 @@ STRATA_AVX512 void decode_quant_avx512(float* out, int64_t out_stride, const flo
 
 }  // namespace
 
-int kv_key_bits(DType dtype) { return dtype_info(dtype).bits <= 4 ? 4 : 8; }
-
-size_t kv_key_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim) {
-  const KeyLayout L(dtype, page_size, n_kv_head, head_dim);
-  return L.grids_bytes() + static_cast<size_t>(n_kv_head * head_dim) * L.channel_bytes;
-}
-
-size_t kv_value_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim) {
-  return static_cast<size_t>(page_size * n_kv_head) * row_bytes(dtype, head_dim);
-}
-
-size_t kv_quant_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim) {
-  return std::max(kv_key_page_bytes(dtype, page_size, n_kv_head, head_dim),
-                  kv_value_page_bytes(dtype, page_size, n_kv_head, head_dim));
-}
-
 void kv_key_dequant(const void* k_page, DType dtype, int64_t page_size, int64_t n_kv_head,
                     int64_t head_dim, int64_t g, int64_t t, float* out) {
   const KeyLayout L(dtype, page_size, n_kv_head, head_dim);

@@ -26,7 +26,7 @@
 // outside its range. A non-finite key makes its channel's grid NaN for the
 // page. Pages must be filled in token order, as the KV cache does.
 //
-// Page bytes are the larger of the K and V layouts (kv_quant_page_bytes), so
+// Page bytes are the larger of the K and V layouts (core/kv_layout.h), so
 // K and V pages have one size. Attention: decode (one new token per
 // sequence) with AVX-512 reads the quantized pages directly, 16 keys of a
 // channel per register and the value rows dequantized a block at a time;
@@ -45,17 +45,12 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/kv_layout.h"  // kv_key_bits, kv_quant_page_bytes: the page sizes
 #include "kernels/cpu/attention.h"
 #include "kernels/status.h"
 
 namespace strata::cpu {
 
-// Bits of a key code (4 or 8) and bytes of a page of keys and values.
-int kv_key_bits(DType dtype);
-size_t kv_key_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
-size_t kv_value_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
-// max(kv_key_page_bytes, kv_value_page_bytes): the size of every K and V page.
-size_t kv_quant_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
 // Key `t` (a page offset) of kv head g of a K page, dequantized: [head_dim] f32.
 void kv_key_dequant(const void* k_page, DType dtype, int64_t page_size, int64_t n_kv_head,
                     int64_t head_dim, int64_t g, int64_t t, float* out);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/kv_layout.h"
 #include "core/log.h"
 #include "core/units.h"
 
@@ -12,16 +13,6 @@ namespace strata {
 namespace {
 
 constexpr int64_t kMinGrowPages = 64;
-
-// Bytes of one token's K (or V) row: n_kv_head rows of head_dim values, each
-// whole blocks when the dtype is quantized (groups along head_dim).
-uint64_t token_row_bytes(const KvGeometry& g) {
-  const DTypeInfo& info = dtype_info(g.dtype);
-  const uint64_t blocks_per_head =
-      static_cast<uint64_t>((g.head_dim + info.block_elems - 1) / info.block_elems);
-  return static_cast<uint64_t>(g.n_kv_head) * blocks_per_head *
-         static_cast<uint64_t>(info.block_bytes);
-}
 
 }  // namespace
 
@@ -38,17 +29,7 @@ std::string_view page_tier_name(PageTier t) {
 }
 
 uint64_t KvGeometry::page_bytes() const {
-  const uint64_t values = static_cast<uint64_t>(page_size) * token_row_bytes(*this);
-  const DTypeInfo& info = dtype_info(dtype);
-  if (!info.quantized) return values;
-  // Quantized keys are stored per channel over the page (the layout of
-  // kernels/cpu/attention_quant.h, kv_quant_page_bytes): per channel an f16
-  // scale and minimum, then page_size codes of 4 or 8 bits. K and V pages
-  // have one size, the larger of the two layouts.
-  const uint64_t bits = info.bits <= 4 ? 4 : 8;
-  const uint64_t keys = static_cast<uint64_t>(n_kv_head * head_dim) *
-                        (4 + (static_cast<uint64_t>(page_size) * bits + 7) / 8);
-  return std::max(values, keys);
+  return kv_page_bytes(dtype, page_size, n_kv_head, head_dim);  // core/kv_layout.h
 }
 
 uint64_t KvGeometry::bytes_per_page() const {

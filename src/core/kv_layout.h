@@ -1,0 +1,28 @@
+// Bytes of a KV cache page in every storage dtype: the one definition the
+// page pool, the kernels and the cost model share.
+//
+// f32/f16/bf16 pages hold [page_size][n_kv_head][head_dim] elements. In a
+// quantized format (q4/q8, quant/blocks.h) values are stored per token as
+// head_dim / G blocks per kv head, and keys per channel over the page: per
+// (kv head, channel) an f16 scale and minimum, then page_size codes of 4 or 8
+// bits (kernels/cpu/attention_quant.h has the layout); K and V pages have one
+// size, the larger of the two.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace strata {
+
+// Bits of a quantized key code: 4 for the q4 formats, 8 for q8.
+int kv_key_bits(DType dtype);
+// Quantized formats: bytes of a page of keys, of values, and of every page.
+size_t kv_key_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
+size_t kv_value_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
+size_t kv_quant_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
+// Any dtype: bytes of one K (or V) page.
+size_t kv_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
+
+}  // namespace strata
