@@ -371,8 +371,7 @@ int run_profile(const ProfileArgs& a) {
   hw.disk_mem = round_down_size(disk_free);
   // The rate weight loads see: large requests cut into chunks by the engine
   // (on some disks far above that of one block per request).
-  hw.disk_to_cpu = round_rate(disk.stream_bytes > 0 ? disk.read_stream_bytes_per_s()
-                                                    : disk.read_bytes_per_s());
+  hw.disk_to_cpu = round_rate(disk.read_stream_bytes_per_s());
   hw.cpu_to_disk = round_rate(disk.write_bytes_per_s());
   hw.cpu_to_disk_kv = round_rate(disk.write_kv_bytes_per_s());
   hw.gemm_prefill_flops = round_flops(gemm_prefill);
@@ -417,28 +416,16 @@ int run_profile(const ProfileArgs& a) {
   h += "#   memory.cpu: RAM (MemTotal, or the cgroup limit when lower)\n";
   h += fmt::format("#   memory.disk: free space in {} after the measurement\n", dir);
   const double stream_file_b =
-      disk.stream_bytes > 0
-          ? static_cast<double>(disk.file_bytes / disk.stream_bytes * disk.stream_bytes)
-          : 0.0;
-  if (disk.stream_bytes > 0) {
-    h += fmt::format("#   links.disk_to_cpu: {}\n",
-                     rate_with_range(disk.read_stream, stream_file_b));
-    h += fmt::format(
-        "#     sequential reads of a {} file in {} as weight loads are read:\n"
-        "#     {} requests, 2 in flight, each cut into 1M chunks, 16 in flight, {}, {}\n",
-        format_bytes(file_b), dir, format_bytes(static_cast<double>(disk.stream_bytes)),
-        disk.backend, disk.direct ? "O_DIRECT" : "buffered (no O_DIRECT here: the page cache helped)");
-    h += fmt::format("#     (one {} block per request, {} in flight: {})\n",
-                     format_bytes(static_cast<double>(disk.block_bytes)), disk.queue_depth,
-                     rate_with_range(disk.read, file_b));
-  } else {
-    h += fmt::format("#   links.disk_to_cpu: {}\n", rate_with_range(disk.read, file_b));
-    h += fmt::format(
-        "#     sequential reads of a {} file in {},\n#     {} blocks, {} in flight, {}, {}\n",
-        format_bytes(file_b), dir, format_bytes(static_cast<double>(disk.block_bytes)),
-        disk.queue_depth, disk.backend,
-        disk.direct ? "O_DIRECT" : "buffered (no O_DIRECT here: the page cache helped)");
-  }
+      static_cast<double>(disk.file_bytes / disk.stream_bytes * disk.stream_bytes);
+  h += fmt::format("#   links.disk_to_cpu: {}\n", rate_with_range(disk.read_stream, stream_file_b));
+  h += fmt::format(
+      "#     sequential reads of a {} file in {} as weight loads are read:\n"
+      "#     {} requests, 2 in flight, each cut into 1M chunks, 16 in flight, {}, {}\n",
+      format_bytes(file_b), dir, format_bytes(static_cast<double>(disk.stream_bytes)),
+      disk.backend, disk.direct ? "O_DIRECT" : "buffered (no O_DIRECT here: the page cache helped)");
+  h += fmt::format("#     (one {} block per request, {} in flight: {})\n",
+                   format_bytes(static_cast<double>(disk.block_bytes)), disk.queue_depth,
+                   rate_with_range(disk.read, file_b));
   h += fmt::format("#   links.cpu_to_disk: {}\n", rate_with_range(disk.write, file_b));
   h += "#     the same as writes, each pass ending in fdatasync\n";
   h += fmt::format("#   links.cpu_to_disk_kv: {}\n", rate_with_range(disk.write_kv, kv_pass_b));

@@ -263,6 +263,10 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
     fail("profile: disk blocks of {} and {} bytes must be multiples of {} (KV blocks no larger)",
          o.block_bytes, o.kv_block_bytes, kDiskAlign);
   }
+  if (o.stream_bytes < kDiskAlign || o.stream_in_flight < 1 || o.chunk_depth < 1) {
+    fail("profile: weight-load reads of {} bytes, {} in flight, chunk depth {}: need at least {} "
+         "bytes and 1", o.stream_bytes, o.stream_in_flight, o.chunk_depth, kDiskAlign);
+  }
   if (o.queue_depth < 1 || o.repeats < 1) {
     fail("profile: disk queue depth {} and repeats {} must be at least 1", o.queue_depth,
          o.repeats);
@@ -337,7 +341,7 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
   // Reads in the pattern of weight loads: large requests, cut into chunks by
   // a disk engine configured as the offload engine's.
   r.stream_bytes = std::min<uint64_t>(o.stream_bytes, file_bytes) / kDiskAlign * kDiskAlign;
-  if (r.stream_bytes > 0 && o.stream_in_flight > 0) {
+  {
     std::vector<AlignedBuffer> big;
     DiskEngineOptions so;
     so.chunk_bytes = o.chunk_bytes;
