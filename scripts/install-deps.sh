@@ -8,7 +8,7 @@ pkgs=(
   build-essential cmake pkg-config
   libglpk-dev libcli11-dev libyaml-cpp-dev liburing-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libdnnl-dev libpcre2-dev nlohmann-json3-dev libutf8proc-dev libxxhash-dev
-  fio python3 python3-venv zstd
+  fio python3 python3-pip python3-venv ca-certificates zstd
 )
 
 missing=()
