@@ -23,6 +23,7 @@
 #include "generate/report.h"
 #include "kernels/cpu/cpu_features.h"
 #include "model/model.h"
+#include "offload/device.h"
 #include "offload/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -58,7 +59,8 @@ int run(const Options& o) {
   }
   const auto tokenizer = tokenizer_for(*model);
   EngineOptions eo;
-  eo.compute_dtype = choose_compute_dtype(o.compute_dtype, cpu::cpu_features().avx512_bf16);
+  eo.compute_dtype = choose_compute_dtype(o.compute_dtype,
+                                          o.offload.device == "cpu" && cpu::cpu_features().avx512_bf16);
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   eo.gpu_batch_size = o.batch > 0 ? o.batch : 1;
   eo.num_gpu_batches = o.num_batches > 0 ? o.num_batches : 1;
@@ -98,7 +100,7 @@ int run(const Options& o) {
     rep.policy["kv_dtype"] = std::string(dtype_name(eo.kv_dtype));
     rep.policy["weight_dtype"] = CompressionFlags::name(eo.weight_dtype);
     rep.predicted = offload.predict(*model, static_cast<double>(o.prompt_len), o.gen_len);
-    rep.hardware = describe_cpu(eo.threads);
+    rep.hardware = describe_device(eo.device, eo.threads);
     rep.n_prompts = s.n_prompts;
     rep.n_sequences = s.n_sequences;
     rep.total_s = s.total_s;

@@ -25,6 +25,7 @@
 #include "generate/report.h"
 #include "kernels/cpu/cpu_features.h"
 #include "model/model.h"
+#include "offload/device.h"
 #include "offload/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,7 +58,8 @@ int run(const Options& o) {
       prepare_jobs(prompts, *tokenizer, model->config().n_ctx, gen, o.model);
 
   EngineOptions eo;
-  eo.compute_dtype = choose_compute_dtype(o.compute_dtype, cpu::cpu_features().avx512_bf16);
+  eo.compute_dtype = choose_compute_dtype(o.compute_dtype,
+                                          o.offload.device == "cpu" && cpu::cpu_features().avx512_bf16);
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   if (o.batch_size > 0) eo.gpu_batch_size = o.batch_size;
   eo.threads = o.threads;
@@ -97,7 +99,7 @@ int run(const Options& o) {
   report.policy["kv_dtype"] = std::string(dtype_name(eo.kv_dtype));
   report.policy["weight_dtype"] = CompressionFlags::name(eo.weight_dtype);
   report.predicted = offload.predict(*model, shape.mean_prompt, shape.gen);
-  report.hardware = describe_cpu(eo.threads);
+  report.hardware = describe_device(eo.device, eo.threads);
   report.n_prompts = summary.n_prompts;
   report.n_prompts_resumed = static_cast<int64_t>(out.n_resumed());
   report.n_sequences = summary.n_sequences;

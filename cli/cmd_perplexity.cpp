@@ -25,7 +25,7 @@ namespace strata::cli {
 namespace {
 
 struct Options {
-  std::string model, text, compute_dtype = "f32";
+  std::string model, text, compute_dtype = "f32", device = "cpu";
   int64_t ctx = 256;
   bool bos = false;
   int threads = 0;
@@ -52,6 +52,8 @@ int run(const Options& o) {
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   eo.gpu_batch_size = 1;
   eo.threads = o.threads;
+  eo.device = o.device;
+  place_everything_on_device(eo);
   o.compression.apply(eo);
   spdlog::info("perplexity: KV {}, weights {}", dtype_name(eo.kv_dtype),
                eo.weight_dtype ? dtype_name(*eo.weight_dtype) : "as stored");
@@ -76,6 +78,8 @@ const Command kPerplexity{
           ->check(CLI::IsMember({"f32", "bf16", "int8"}))
           ->capture_default_str();
       sub.add_option("--threads", o->threads, "CPU threads (default: all cores)");
+      sub.add_option("--device", o->device, "Compute device: cpu, cuda or cuda:N")
+          ->capture_default_str();
       o->compression.add(sub);
       return [o]() { return run(*o); };
     }};

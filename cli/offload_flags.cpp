@@ -17,6 +17,8 @@
 #include "core/units.h"
 #include "generate/output_file.h"
 #include "model/model.h"
+#include "kernels/cuda/cuda_device.h"
+#include "offload/device.h"
 #include "offload/engine.h"
 #include "offload/measure.h"
 #include "offload/trace.h"
@@ -178,7 +180,18 @@ ModelShape model_shape_of(const Model& model) {
   return s;
 }
 
+std::string describe_device(const std::string& device, int threads) {
+  const int index = parse_device_name(device);
+  if (index < 0) return describe_cpu(threads);
+  return fmt::format("cuda:{} {}; host {}", index, cuda_device_description(index),
+                     describe_cpu(threads));
+}
+
 void OffloadFlags::add(CLI::App& sub, bool with_batch_flags) {
+  sub.add_option("--device", device,
+                 "Compute device: cpu, or cuda / cuda:N (GPU N; weights, KV cache and activations "
+                 "on the gpu tier unless --percent or --policy says otherwise)")
+      ->capture_default_str();
   sub.add_option("--policy", policy,
                  "Placement and batch sizes: a policy YAML (see `strata policy -o`), or auto: "
                  "the cost-model search for this machine and these budgets");
@@ -216,6 +229,8 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
     if (b == 0) fail("{} {}: a budget must be more than 0", flag, text);
     return b;
   };
+  eo.device = device;
+  parse_device_name(device);
   eo.gpu_mem = budget(gpu_mem, "--gpu-mem");
   eo.cpu_mem = budget(cpu_mem, "--cpu-mem");
   eo.disk_mem = budget(disk_mem, "--disk-mem");
@@ -308,9 +323,16 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
       if (!p.compress_kv.enabled()) p.compress_kv = compression_of(eo.kv_dtype);
     } else {
       source = "flags";
-      // Everything in RAM unless --percent says otherwise.
-      p.w_gpu = p.kv_gpu = p.act_gpu = 0;
-      p.w_cpu = p.kv_cpu = p.act_cpu = 1;
+      // Everything where the device computes unless --percent says otherwise.
+      EngineOptions resident;
+      resident.device = device;
+      place_everything_on_device(resident);
+      p.w_gpu = resident.w_gpu;
+      p.kv_gpu = resident.kv_gpu;
+      p.act_gpu = resident.act_gpu;
+      p.w_cpu = resident.w_cpu;
+      p.kv_cpu = resident.kv_cpu;
+      p.act_cpu = resident.act_cpu;
     }
     if (fixed) {
       p.w_gpu = (*fixed)[0];
@@ -357,6 +379,7 @@ nlohmann::ordered_json OffloadFlags::report_policy(const EngineOptions& eo) cons
   };
   nlohmann::ordered_json j;
   j["source"] = source;
+  j["device"] = eo.device;
   j["gpu_batch_size"] = eo.gpu_batch_size;
   j["num_gpu_batches"] = eo.num_gpu_batches;
   j["block_size"] = eo.gpu_batch_size * eo.num_gpu_batches;

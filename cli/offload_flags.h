@@ -10,8 +10,11 @@
 //   --gpu-mem --cpu-mem --disk-mem tier budgets in human units ("16G")
 //   --offload-dir DIR              the disk tier (default ./strata-offload)
 //   --trace FILE.json              Chrome/Perfetto trace of every span
+//   --device cpu|cuda|cuda:N       the compute device (offload/device.h)
 // Flags override the fields of a policy file. On the CPU device the gpu and
 // cpu fractions both mean RAM and the RAM budget is --cpu-mem + --gpu-mem.
+// Without --percent or --policy everything is placed where the device
+// computes: RAM on the CPU, the gpu tier on a GPU.
 //
 // The cost model's prediction for the policy that runs, with the run's
 // prompt and generation lengths, goes into the report beside the
@@ -42,6 +45,10 @@ class Trace;
 
 namespace strata::cli {
 
+// The hardware line of a report: the CPU ("cpu (2 threads, avx512_bf16)"),
+// or the GPU's description and then the host CPU's.
+std::string describe_device(const std::string& device, int threads);
+
 // The shape of a loaded model: its config's hyper-parameters, with the
 // weights' bytes per element as stored (all tensors over all elements).
 ModelShape model_shape_of(const Model& model);
@@ -56,6 +63,7 @@ struct RunShape {
 };
 
 struct OffloadFlags {
+  std::string device = "cpu";
   std::vector<double> percent;
   std::optional<int64_t> gpu_batch_size, num_gpu_batches;
   bool cpu_attention = false;

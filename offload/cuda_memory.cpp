@@ -3,12 +3,18 @@
 #include <cuda_runtime_api.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_device.h"
+#include "offload/device.h"
 
 namespace strata {
 
@@ -266,6 +272,63 @@ CudaEvent CudaCopyQueues::store(void* dst_host, const void* src_device, size_t b
 void CudaCopyQueues::synchronize() {
   h2d_.synchronize();
   d2h_.synchronize();
+}
+
+// ---- the CUDA compute device ----
+
+namespace {
+
+// DeviceCopies (offload/transfer.h) on CudaCopyQueues, ordered after the
+// compute stream: each copy waits on the device for the compute queued
+// before the call that started it (the kernels still reading a buffer a load
+// overwrites, or writing one a store reads), and never for compute queued
+// later, so a load issued one column ahead overlaps the current column.
+class CudaDeviceCopies final : public DeviceCopies {
+ public:
+  CudaDeviceCopies(int device, CUstream_st* compute)
+      : device_(device), queues_(device), compute_(compute) {}
+
+  std::function<void()> to_device(void* dst, const void* src_host, size_t bytes) override {
+    CudaEvent after;
+    after.record(compute_);
+    auto done = std::make_shared<CudaEvent>(queues_.load(dst, src_host, bytes, &after));
+    return [done] { done->synchronize(); };
+  }
+  std::function<void()> to_device_later(void* dst, const void* src_host, size_t bytes) override {
+    auto after = std::make_shared<CudaEvent>();
+    after->record(compute_);
+    return [this, after, dst, src_host, bytes] {
+      check(cudaSetDevice(device_), "cudaSetDevice");
+      queues_.load(dst, src_host, bytes, after.get()).synchronize();
+    };
+  }
+  std::function<void()> to_host(void* dst_host, const void* src, size_t bytes) override {
+    CudaEvent after;
+    after.record(compute_);
+    auto done = std::make_shared<CudaEvent>(queues_.store(dst_host, src, bytes, &after));
+    return [done] { done->synchronize(); };
+  }
+
+ private:
+  int device_;
+  CudaCopyQueues queues_;
+  CUstream_st* compute_;
+};
+
+}  // namespace
+
+ComputeDevice open_cuda_device(int index) {
+  ComputeDevice d;
+  d.backend = make_cuda_backend(index);
+  auto* cuda = static_cast<CudaBackend*>(d.backend.get());
+  d.copies = std::make_unique<CudaDeviceCopies>(index, cuda->stream());
+  d.host_allocator = make_pinned_host_allocator();
+  size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  // Leave room for the runtime, cuBLAS and the stream-ordered pool's slack.
+  const uint64_t margin = std::max<uint64_t>(uint64_t{512} << 20, total_b / 20);
+  d.default_device_bytes = free_b > margin ? free_b - margin : 0;
+  return d;
 }
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "offload/device.h"
 #include "offload/offload_engine.h"
 
 namespace strata {
@@ -42,12 +43,28 @@ EngineOptions validated(const EngineOptions& o) {
     fail("KV page size {} is not allowed; use 1 to 4096 tokens", o.page_size);
   }
   if (o.threads < 0) fail("thread count {} is not allowed; use 0 (all cores) or more", o.threads);
+  if (parse_device_name(o.device) >= 0) {
+    if (o.compute_dtype == DType::kI8) {
+      fail("compute dtype int8 runs on the CPU only; on {} use f32 or bf16", o.device);
+    }
+    if (is_quantized(o.kv_dtype)) {
+      fail("a KV cache stored as {} is read by the CPU kernels only; on {} keep it in f16 (no "
+           "--compress-kv)",
+           dtype_name(o.kv_dtype), o.device);
+    }
+  }
   EngineOptions v = o;
   if (v.kv_budget_bytes == 0) v.kv_budget_bytes = default_kv_budget_bytes();
   return v;
 }
 
 }  // namespace
+
+void place_everything_on_device(EngineOptions& o) {
+  const double g = parse_device_name(o.device) >= 0 ? 1.0 : 0.0;
+  o.w_gpu = o.kv_gpu = o.act_gpu = g;
+  o.w_cpu = o.kv_cpu = o.act_cpu = 1.0 - g;
+}
 
 DType default_kv_dtype(DType compute_dtype) {
   return compute_dtype == DType::kF32 ? DType::kF32 : DType::kF16;
@@ -76,7 +93,14 @@ uint64_t default_kv_budget_bytes() {
 }
 
 std::unique_ptr<Engine> make_engine(const Model& model, const EngineOptions& options) {
-  return make_offload_engine(model, validated(options));
+  const EngineOptions v = validated(options);
+  return make_offload_engine(model, v, open_device(v.device, v.threads));
+}
+
+std::unique_ptr<Engine> make_engine(const Model& model, const EngineOptions& options,
+                                    ComputeDevice device) {
+  STRATA_ASSERT(device.backend != nullptr);
+  return make_offload_engine(model, validated(options), std::move(device));
 }
 
 }  // namespace strata

@@ -1,11 +1,14 @@
 // make_engine: the Engine (src/generate/engine.h) that runs blocks of
 // sequences through the forward pass with the paged KV cache, in the order
 // of the zig-zag block schedule (offload/schedule.h), with weights, KV
-// pages and activations where EngineOptions' placement puts them: in RAM
-// (used in place) or on disk in the offload directory (streamed, overlapped
-// with compute). The compute device is the CPU; the engine itself is
-// offload/offload_engine.h. With everything in RAM the schedule's loads and
-// stores are empty and running it is the plain zig-zag loop.
+// pages and activations where EngineOptions' placement puts them, on the
+// compute device EngineOptions::device names (offload/device.h). On the CPU
+// the gpu and cpu tiers are RAM (used in place) and disk streams; on a GPU,
+// weights on the gpu tier are copied to the device once, the cpu and disk
+// shares are streamed into device staging per column, KV pages live in
+// device memory or on disk. The engine itself is offload/offload_engine.h.
+// With everything resident the schedule's loads and stores are empty and
+// running it is the plain zig-zag loop.
 #pragma once
 
 #include <memory>
@@ -17,7 +20,8 @@ namespace strata {
 class Model;
 
 // The engine for `model` (which must outlive it). Throws Error for options
-// it cannot run (compute dtype other than f32/bf16, kv dtype other than
+// it cannot run (an unknown device; compute dtype other than f32/bf16/int8,
+// int8 or a quantized KV cache on a GPU; kv dtype other than
 // f32/f16/bf16 or a q4/q8 format whose group divides head_dim, weight
 // compression without an offload directory, non-positive batch sizes or page
 // size) and for models whose shape the forward cannot run. With
@@ -27,6 +31,16 @@ class Model;
 // small for the placement (and, with plan_prompt_tokens / plan_new_tokens,
 // for a full block) are an Error here, before any work.
 std::unique_ptr<Engine> make_engine(const Model& model, const EngineOptions& options);
+
+struct ComputeDevice;
+// The same on a device the caller opened (options.device is then only
+// checked, not opened).
+std::unique_ptr<Engine> make_engine(const Model& model, const EngineOptions& options,
+                                    ComputeDevice device);
+
+// Sets the placement to "everything where the device computes": the gpu
+// tier on a GPU (options.device "cuda..."), RAM on the CPU.
+void place_everything_on_device(EngineOptions& options);
 
 // The KV dtype that goes with a compute dtype: f32 for f32 compute; f16 for
 // bf16 compute (same bytes as bf16 but 3 more mantissa bits, so the cache

@@ -22,10 +22,11 @@ std::string step_name(const ScheduleStep& s) {
   return fmt::format("layer {} k={}", s.layer, s.micro_batch);
 }
 
-Executor::Executor(Backend& backend, DiskEngine* disk, std::shared_ptr<Trace> trace)
+Executor::Executor(Backend& backend, DiskEngine* disk, std::shared_ptr<Trace> trace,
+                   DeviceCopies* device_copies)
     : backend_(backend),
       trace_(std::move(trace)),
-      mover_(backend, disk),
+      mover_(backend, disk, device_copies),
       loads_("load", trace_.get()),
       stores_("store", trace_.get()) {}
 

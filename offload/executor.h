@@ -51,8 +51,10 @@ struct ExecutorHooks {
 
 class Executor {
  public:
-  // `disk` may be null when nothing lives on disk; `trace` may be null.
-  Executor(Backend& backend, DiskEngine* disk, std::shared_ptr<Trace> trace);
+  // `disk` may be null when nothing lives on disk; `trace` and
+  // `device_copies` (offload/transfer.h) may be null.
+  Executor(Backend& backend, DiskEngine* disk, std::shared_ptr<Trace> trace,
+           DeviceCopies* device_copies = nullptr);
   ~Executor();
 
   Mover& mover() { return mover_; }

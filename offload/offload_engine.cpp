@@ -15,11 +15,11 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "model/forward.h"
 #include "model/layer_weights.h"
 #include "model/model.h"
 #include "offload/aligned_buffer.h"
+#include "offload/device.h"
 #include "offload/disk_engine.h"
 #include "offload/engine.h"
 #include "offload/executor.h"
@@ -105,12 +105,13 @@ struct BlockMemory {
   uint64_t kv_disk = 0;      // bytes of the KV file
   int64_t group_tokens = 0;  // largest group
   std::vector<int64_t> hidden_tokens;  // [n_mb] tokens of each micro-batch's largest step
-  uint64_t ram() const { return kv_pages + kv_staging + hidden + scratch + logits; }
+  // Bytes of the compute device's memory (RAM on the CPU device).
+  uint64_t device() const { return kv_pages + kv_staging + hidden + scratch + logits; }
 };
 
 class OffloadEngine final : public Engine {
  public:
-  OffloadEngine(const Model& model, const EngineOptions& options);
+  OffloadEngine(const Model& model, const EngineOptions& options, ComputeDevice device);
   ~OffloadEngine() override;
 
   const ModelConfig& config() const override { return model_.config(); }
@@ -170,8 +171,10 @@ class OffloadEngine final : public Engine {
   void run(std::span<const SeqInput> seqs, const StepFn& on_step, bool all_rows);
   BlockMemory block_memory(const std::vector<std::vector<int64_t>>& stored,
                            const std::vector<std::vector<int64_t>>& prompt, bool all_rows) const;
-  // RAM that stays for the whole run: weights in place, vectors, staging.
-  uint64_t fixed_ram() const;
+  // Memory that stays for the whole run (weights, vectors, staging): in RAM,
+  // and in device memory (0 on a device computing on RAM).
+  uint64_t fixed_ram() const { return fixed_ram_; }
+  uint64_t fixed_device() const { return fixed_device_; }
   void check_block(const BlockMemory& m, int64_t n_seqs, int64_t longest) const;
   void prepare_block(const BlockMemory& m);
   std::string ram_flags() const;
@@ -190,9 +193,12 @@ class OffloadEngine final : public Engine {
 
   const Model& model_;
   EngineOptions opt_;
-  CpuBackend backend_;
+  ComputeDevice dev_;
+  Backend& backend_;
+  bool unified_;             // the device computes on host RAM
   PlacementFractions frac_;  // folded for the device
   std::unique_ptr<TierPool> ram_, disk_;
+  std::unique_ptr<TierPool> gpu_;  // device memory (accounting only); null when unified_
   WeightPlacement wplace_;
   std::optional<Pack> pack_;
   std::unique_ptr<PackMatrices> pack_map_;
@@ -206,9 +212,14 @@ class OffloadEngine final : public Engine {
   uint64_t kv_cap_bytes_ = 0;  // the KV pool's own cap (kv_budget_bytes)
 
   Reservation res_weights_, res_block_, res_disk_weights_, res_disk_kv_;
+  uint64_t fixed_ram_ = 0, fixed_device_ = 0;
+  // Weight staging: host buffers for disk reads; on a device whose memory
+  // is not RAM also a device buffer per slot that streamed columns land in.
   std::array<WeightSlot, 2> wslots_;
+  std::array<DeviceBuffer, 2> wdev_;
   uint64_t n_weight_loads_ = 0;
-  std::array<PoolBlock, 2> kv_mem_;
+  std::array<PoolBlock, 2> kv_mem_;      // KV staging records in RAM (unified_)
+  std::array<DeviceBuffer, 2> kv_dev_;   // ... in device memory (otherwise)
   std::array<KvSlot, 2> kv_slots_;
   // [n_layer * n_mb] the last store of each layer's KV of each micro-batch:
   // a load of those records waits for it (the queues are separate).
@@ -219,13 +230,16 @@ class OffloadEngine final : public Engine {
   EngineStats stats_;
 };
 
-OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options)
+OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
+                             ComputeDevice device)
     : model_(model),
       opt_(options),
-      backend_(opt_.threads),
+      dev_(std::move(device)),
+      backend_(*dev_.backend),
+      unified_(backend_.memory_is_host()),
       fwd_(backend_, model.config(), opt_.compute_dtype) {
   const ModelConfig& c = model.config();
-  const bool unified = backend_.memory_is_host();
+  const bool unified = unified_;
   PlacementFractions f = fractions_of(opt_);
   validate_fractions(f);
   frac_ = fold_for_device(f, unified);
@@ -235,12 +249,45 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options)
         "keep them in RAM (--percent ... ACT_GPU ACT_CPU summing to 100)",
         100 * frac_.act_disk());
   }
+  if (!unified) {
+    // On a device with memory of its own, activations and the KV pages the
+    // ops read are in device memory; the off-device home of KV pages is the
+    // disk (read into device staging per layer).
+    if (frac_.act_cpu > 1e-12) {
+      fail(
+          "placement keeps {:.4g}% of the activations in CPU RAM; on {} this engine keeps them in "
+          "device memory: use ACT_GPU 100 ACT_CPU 0 (--percent W_GPU W_CPU KV_GPU KV_CPU 100 0)",
+          100 * frac_.act_cpu, backend_.name());
+    }
+    if (frac_.kv_cpu > 1e-12) {
+      fail(
+          "placement keeps {:.4g}% of the KV cache in CPU RAM; on {} this engine keeps KV pages in "
+          "device memory or on disk: use KV_CPU 0 (--percent W_GPU W_CPU KV_GPU 0 ACT_GPU "
+          "ACT_CPU, disk holding the rest of the KV cache)",
+          100 * frac_.kv_cpu, backend_.name());
+    }
+    if (opt_.cpu_attention) {
+      fail("--cpu-attention is not supported on {}: attention runs on the device, over KV pages "
+           "in device memory; drop the flag",
+           backend_.name());
+    }
+  }
 
   // ---- budgets ----
   const uint64_t ram_default = available_ram_bytes();
   uint64_t ram_budget = opt_.cpu_mem > 0 ? opt_.cpu_mem : ram_default;
   if (unified) ram_budget += opt_.gpu_mem;  // both tiers are this RAM
-  ram_ = std::make_unique<TierPool>(Tier::kCpu, ram_budget, make_host_allocator());
+  ram_ = std::make_unique<TierPool>(
+      Tier::kCpu, ram_budget,
+      dev_.host_allocator ? std::move(dev_.host_allocator) : make_host_allocator());
+  if (!unified) {
+    const uint64_t gpu_budget = opt_.gpu_mem > 0 ? opt_.gpu_mem : dev_.default_device_bytes;
+    if (gpu_budget == 0) {
+      fail("{} reports no free device memory; pass --gpu-mem to say how much to use",
+           backend_.name());
+    }
+    gpu_ = std::make_unique<TierPool>(Tier::kGpu, gpu_budget);
+  }
 
   PackOptions po;
   po.weight_dtype = opt_.weight_dtype;
@@ -266,16 +313,38 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options)
 
   // ---- the fixed part, checked before anything is built ----
   const uint64_t staging = align_up(wplace_.largest_disk_read(), kDiskAlign);
-  const uint64_t fixed = wplace_.bytes(Tier::kGpu) + wplace_.bytes(Tier::kCpu) +
-                         wplace_.vector_bytes() + 2 * staging;
+  if (!unified) {
+    // Device: the gpu share, the vectors and two staging buffers for the
+    // largest streamed column (its cpu matrices and disk tail, each matrix
+    // aligned to 256 bytes).
+    uint64_t streamed = 0;
+    for (const UnitPlacement& u : wplace_.units) {
+      streamed = std::max<uint64_t>(streamed, u.matrix_bytes[static_cast<size_t>(Tier::kCpu)] +
+                                                  u.disk_read_bytes + 256 * (u.n_tensors + 1));
+    }
+    fixed_device_ = wplace_.bytes(Tier::kGpu) + wplace_.vector_bytes() + 2 * streamed;
+    fixed_ram_ = wplace_.bytes(Tier::kCpu) + 2 * staging;
+    if (fixed_device_ > gpu_->budget()) {
+      fail(
+          "device memory budget {} (--gpu-mem) of {} is below the {} the weights need: {} of "
+          "matrices kept on the device, {} of vectors, {} of staging for the streamed share; "
+          "raise --gpu-mem or keep fewer weights on the gpu (--percent)",
+          mb(gpu_->budget()), backend_.name(), mb(fixed_device_), mb(wplace_.bytes(Tier::kGpu)),
+          mb(wplace_.vector_bytes()), mb(2 * streamed));
+    }
+  } else {
+    fixed_ram_ = wplace_.bytes(Tier::kGpu) + wplace_.bytes(Tier::kCpu) + wplace_.vector_bytes() +
+                 2 * staging;
+  }
+  const uint64_t fixed = fixed_ram_;
   if (fixed > ram_budget) {
     fail(
         "RAM budget {} ({}) is below the {} the weights need: {} of matrices in RAM, {} of "
         "vectors, {} of staging for the disk share; raise {} or put more weights on disk "
         "(--percent)",
         mb(ram_budget), ram_flags(), mb(fixed),
-        mb(wplace_.bytes(Tier::kGpu) + wplace_.bytes(Tier::kCpu)), mb(wplace_.vector_bytes()),
-        mb(2 * staging), ram_flags());
+        mb((unified ? wplace_.bytes(Tier::kGpu) : 0) + wplace_.bytes(Tier::kCpu)),
+        mb(unified ? wplace_.vector_bytes() : 0), mb(2 * staging), ram_flags());
   }
   if (wplace_.bytes(Tier::kDisk) > disk_budget) {
     fail("disk budget {} (--disk-mem, in {}) is below the {} of weights this placement puts on "
@@ -312,9 +381,18 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options)
     if (opt_.weight_dtype) pack_map_ = std::make_unique<PackMatrices>(*pack_);
   }
   weights_ = std::make_unique<WeightStore>(model, backend_, wplace_, pack_ ? &*pack_ : nullptr,
-                                           pack_map_.get());
-  res_weights_ = ram_->reserve(weights_->resident_matrix_bytes() + weights_->vector_bytes(),
-                               "weights in RAM (matrices in place, f32 vectors)");
+                                           pack_map_.get(), ram_.get());
+  if (unified) {
+    res_weights_ = ram_->reserve(weights_->resident_matrix_bytes() + weights_->vector_bytes(),
+                                 "weights in RAM (matrices in place, f32 vectors)");
+  } else {
+    res_weights_ = gpu_->reserve(weights_->device_bytes(),
+                                 "weights kept on the device (matrices, f32 vectors)");
+    if (weights_->device_staging_bytes() > 0) {
+      for (DeviceBuffer& b : wdev_) b = backend_.alloc(weights_->device_staging_bytes());
+    }
+    fixed_device_ = weights_->device_bytes() + 2 * weights_->device_staging_bytes();
+  }
   res_disk_weights_ = disk_->reserve(wplace_.bytes(Tier::kDisk), "weights on disk");
 
   DiskEngineOptions deo;
@@ -335,11 +413,16 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options)
     }
   }
   kv_ = std::make_unique<KvStore>(backend_, geo, std::max(kv_cap_bytes_, geo.bytes_per_page()), frac_);
-  exec_ = std::make_unique<Executor>(backend_, disk_engine_.get(), opt_.trace);
+  exec_ = std::make_unique<Executor>(backend_, disk_engine_.get(), opt_.trace, dev_.copies.get());
+  // What the weights hold now: in place and vectors (unified), or the cpu
+  // share's copies (otherwise), and the staging buffers.
+  fixed_ram_ = unified ? res_weights_.bytes() : ram_->used() - wslots_[0].mem.size() -
+                                                    wslots_[1].mem.size();
+  for (const WeightSlot& s : wslots_) fixed_ram_ += s.mem.size();
 
   transfer_plan_.weights_off.assign(static_cast<size_t>(c.n_layer + 2), false);
   for (int64_t col = 0; col < c.n_layer + 2; ++col) {
-    transfer_plan_.weights_off[static_cast<size_t>(col)] = weights_->disk_unit(col) != nullptr;
+    transfer_plan_.weights_off[static_cast<size_t>(col)] = weights_->streams(col);
   }
   transfer_plan_.kv_off = kv_disk;
   mbs_.resize(static_cast<size_t>(opt_.num_gpu_batches));
@@ -373,14 +456,7 @@ OffloadEngine::~OffloadEngine() {
 }
 
 std::string OffloadEngine::ram_flags() const {
-  return backend_.memory_is_host() ? "--cpu-mem + --gpu-mem: on the CPU device both are RAM"
-                                   : "--cpu-mem";
-}
-
-uint64_t OffloadEngine::fixed_ram() const {
-  uint64_t n = res_weights_.bytes();
-  for (const WeightSlot& s : wslots_) n += s.mem.size();
-  return n;
+  return unified_ ? "--cpu-mem + --gpu-mem: on the CPU device both are RAM" : "--cpu-mem";
 }
 
 void OffloadEngine::check_ids(std::span<const int32_t> ids, const char* what, size_t index) const {
@@ -439,12 +515,29 @@ void OffloadEngine::check_block(const BlockMemory& m, int64_t n_seqs, int64_t lo
         "sequences of up to {} tokens; lower the batch size or raise the KV budget",
         mb(kv_cap_bytes_), cap_pages, g.page_size, cap_pages, m.kv.backed_pages, n_seqs, longest);
   }
-  const uint64_t fixed = fixed_ram() > 0 ? fixed_ram()
-                                         : wplace_.bytes(Tier::kGpu) + wplace_.bytes(Tier::kCpu) +
-                                               wplace_.vector_bytes() +
-                                               2 * align_up(wplace_.largest_disk_read(), kDiskAlign);
-  const uint64_t need = fixed + m.ram();
-  if (need > ram_->budget()) {
+  if (!unified_) {
+    const uint64_t dev_need = fixed_device() + m.device();
+    if (dev_need > gpu_->budget()) {
+      fail(
+          "device memory budget {} (--gpu-mem) is below the {} a block of {} sequences of up to {} "
+          "tokens needs: weights and their staging {}, KV cache {} ({} pages) + staging {}, "
+          "activations {}, working memory {}, logits {}; raise --gpu-mem, lower the batch size "
+          "or put more on the cpu and disk tiers (--percent)",
+          mb(gpu_->budget()), mb(dev_need), n_seqs, longest, mb(fixed_device()), mb(m.kv_pages),
+          m.kv.backed_pages, mb(m.kv_staging), mb(m.hidden), mb(m.scratch), mb(m.logits));
+    }
+    const uint64_t host_need = fixed_ram() + m.logits;
+    if (host_need > ram_->budget()) {
+      fail(
+          "RAM budget {} (--cpu-mem) is below the {} a block of {} sequences of up to {} tokens "
+          "needs: weights kept in RAM and their staging {}, logits {}; raise --cpu-mem or put "
+          "more weights on disk (--percent)",
+          mb(ram_->budget()), mb(host_need), n_seqs, longest, mb(fixed_ram()), mb(m.logits));
+    }
+  }
+  const uint64_t fixed = fixed_ram();
+  const uint64_t need = fixed + m.device();
+  if (unified_ && need > ram_->budget()) {
     fail(
         "RAM budget {} ({}) is below the {} a block of {} sequences of up to {} tokens needs: "
         "weights and their staging {}, KV cache {} ({} pages) + staging {}, activations {}, "
@@ -471,6 +564,7 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
   // allocates, the staging buffers count themselves.
   res_block_.release();
   for (PoolBlock& b : kv_mem_) b.reset();
+  for (DeviceBuffer& b : kv_dev_) b.reset();
   PagePool& pool = kv_->pool();
   const uint64_t bpp = kv_->geometry().bytes_per_page();
   pool.set_budget(std::max(m.kv_pages, bpp));
@@ -489,11 +583,20 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
     logits_ = DeviceBuffer();
     logits_ = backend_.alloc(m.logits);
   }
-  res_block_ = ram_->reserve(kv_pages + hidden + fwd_.workspace_bytes() + logits_.size(),
-                             "the block's KV cache, activations and working memory");
   const uint64_t kv_stage = static_cast<uint64_t>(m.kv.stage_records) * kv_->record_bytes();
-  if (kv_stage > 0) {
-    for (PoolBlock& b : kv_mem_) b = ram_->allocate(kv_stage, "KV staging buffer");
+  const uint64_t block = kv_pages + hidden + fwd_.workspace_bytes() + logits_.size();
+  if (unified_) {
+    res_block_ = ram_->reserve(block, "the block's KV cache, activations and working memory");
+    if (kv_stage > 0) {
+      for (PoolBlock& b : kv_mem_) b = ram_->allocate(kv_stage, "KV staging buffer");
+    }
+  } else {
+    res_block_ = gpu_->reserve(block + 2 * kv_stage,
+                               "the block's KV cache and its staging, activations and working "
+                               "memory");
+    if (kv_stage > 0) {
+      for (DeviceBuffer& b : kv_dev_) b = backend_.alloc(kv_stage);
+    }
   }
   for (KvSlot& s : kv_slots_) s = KvSlot{};
   for (WeightSlot& s : wslots_) {
@@ -509,31 +612,58 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
 
 std::byte* OffloadEngine::kv_record(const KvSlot& s, size_t r) {
   const size_t b = static_cast<size_t>(&s - kv_slots_.data());
-  return kv_mem_[b].data() + r * kv_->record_bytes();
+  std::byte* base = unified_ ? kv_mem_[b].data() : kv_dev_[b].as<std::byte>();
+  return base + r * kv_->record_bytes();
 }
 
 // ---- weights ----
 
 void OffloadEngine::load_weights(int64_t column, int32_t step) {
+  STRATA_ASSERT(weights_->streams(column));
   const UnitPlacement* u = weights_->disk_unit(column);
-  STRATA_ASSERT(u != nullptr);
-  const WeightStore::Read r = weights_->disk_read(column);
   // Round robin over the two buffers: this one last held the load before the
-  // previous one, for a column whose computes all came before this step.
-  WeightSlot& s = wslots_[n_weight_loads_++ % 2];
+  // previous one, for a column whose computes all came before this step (on
+  // a device that queues compute, the copies into it are ordered after that
+  // compute by the device copies; offload/transfer.h).
+  const size_t i = n_weight_loads_++ % 2;
+  WeightSlot& s = wslots_[i];
   s.column = column;
   s.step = step;
-  s.load = exec_->mover().copy(Place::memory(Tier::kGpu, s.mem.data()),
-                               Place::disk(pack_file_, r.offset), r.bytes, exec_->loads(),
-                               {fmt::format("weights {}", u->name), "weights", step});
+  const std::string name = column == 0                    ? "embed"
+                           : column == config().n_layer + 1 ? "head"
+                                                            : fmt::format("blk.{}", column - 1);
+  const TransferLabel label{fmt::format("weights {}", u != nullptr ? u->name : name), "weights",
+                            step};
+  if (unified_) {
+    const WeightStore::Read r = weights_->disk_read(column);
+    s.load = exec_->mover().copy(Place::memory(Tier::kGpu, s.mem.data()),
+                                 Place::disk(pack_file_, r.offset), r.bytes, exec_->loads(), label);
+    return;
+  }
+  // Into the device staging buffer: the cpu matrices from their RAM copies,
+  // the disk tail through this slot's host buffer (io_uring reads land in
+  // it, registered and pinned on a GPU, and it feeds the copy up).
+  std::byte* dev = wdev_[i].as<std::byte>();
+  for (const WeightStore::HostPart& p : weights_->host_parts(column)) {
+    s.load = exec_->mover().copy(Place::memory(Tier::kGpu, dev + p.rel),
+                                 Place::memory(Tier::kCpu, const_cast<std::byte*>(p.host)),
+                                 p.bytes, exec_->loads(), label);
+  }
+  if (u != nullptr) {
+    const WeightStore::Read r = weights_->disk_read(column);
+    s.load = exec_->mover().copy(Place::memory(Tier::kGpu, dev + weights_->disk_rel(column)),
+                                 Place::disk(pack_file_, r.offset), r.bytes, exec_->loads(), label,
+                                 s.mem.data());
+  }
 }
 
 const std::byte* OffloadEngine::staged_weights(int64_t column, int32_t step) {
-  if (weights_->disk_unit(column) == nullptr) return nullptr;
+  if (!weights_->streams(column)) return nullptr;
   for (WeightSlot& s : wslots_) {
     if (s.column == column && s.step == step) {
       exec_->loads().wait(s.load);
-      return s.mem.data();
+      if (unified_) return s.mem.data();
+      return wdev_[static_cast<size_t>(&s - wslots_.data())].as<std::byte>();
     }
   }
   STRATA_ASSERT_MSG(false, "weights of column {} step {} were never loaded", column, step);
@@ -627,14 +757,13 @@ void OffloadEngine::store_kv(int64_t layer, int64_t k, int32_t step) {
   }
   // Pages completed in RAM: K and V of this layer from the pool.
   if (!st.completed_backed.empty()) {
-    const KvLayer view = kv_->pool().layer(layer);
     for (int32_t p : st.completed_backed) {
+      const auto [k_page, v_page] = kv_->pool().entry(layer, p);
       const uint64_t off = kv_->record_offset(layer, kv_->disk_slot(p));
-      exec_->mover().copy(Place::disk(kv_->file(), off), Place::memory(Tier::kGpu, view.k_pages[p]),
-                          pb, exec_->stores(), label);
+      exec_->mover().copy(Place::disk(kv_->file(), off), Place::memory(Tier::kGpu, k_page), pb,
+                          exec_->stores(), label);
       last = exec_->mover().copy(Place::disk(kv_->file(), off + pb),
-                                 Place::memory(Tier::kGpu, view.v_pages[p]), pb, exec_->stores(),
-                                 label);
+                                 Place::memory(Tier::kGpu, v_page), pb, exec_->stores(), label);
       if (layer == config().n_layer - 1) kv_->mark_retiring(p, last);
     }
   }
@@ -923,14 +1052,16 @@ EngineStats OffloadEngine::stats() const {
   EngineStats s = stats_;
   exec_->add_stats(s);
   s.peak_bytes["cpu"] = ram_->peak();
+  if (gpu_) s.peak_bytes["gpu"] = gpu_->peak();
   if (disk_->peak() > 0) s.peak_bytes["disk"] = disk_->peak();
   return s;
 }
 
 }  // namespace
 
-std::unique_ptr<Engine> make_offload_engine(const Model& model, const EngineOptions& options) {
-  return std::make_unique<OffloadEngine>(model, options);
+std::unique_ptr<Engine> make_offload_engine(const Model& model, const EngineOptions& options,
+                                            ComputeDevice device) {
+  return std::make_unique<OffloadEngine>(model, options, std::move(device));
 }
 
 }  // namespace strata

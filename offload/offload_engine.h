@@ -26,7 +26,10 @@ namespace strata {
 
 class Model;
 
-// `options` as make_engine validated them (offload/engine.h).
-std::unique_ptr<Engine> make_offload_engine(const Model& model, const EngineOptions& options);
+struct ComputeDevice;
+
+// `options` as make_engine validated them (offload/engine.h), on `device`.
+std::unique_ptr<Engine> make_offload_engine(const Model& model, const EngineOptions& options,
+                                            ComputeDevice device);
 
 }  // namespace strata

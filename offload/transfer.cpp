@@ -128,6 +128,11 @@ std::function<void()> Mover::device_copy(void* dst, const void* src, size_t byte
     return to_device ? device_copies_->to_device(dst, src, bytes)
                      : device_copies_->to_host(dst, src, bytes);
   }
+  return device_copy_sync(dst, src, bytes, to_device);
+}
+
+std::function<void()> Mover::device_copy_sync(void* dst, const void* src, size_t bytes,
+                                              bool to_device) {
   Backend& be = backend_;
   return [&be, dst, src, bytes, to_device] {
     if (to_device) {
@@ -139,6 +144,11 @@ std::function<void()> Mover::device_copy(void* dst, const void* src, size_t byte
   };
 }
 
+std::function<void()> Mover::device_copy_later(void* dst, const void* src, size_t bytes) {
+  if (device_copies_ != nullptr) return device_copies_->to_device_later(dst, src, bytes);
+  return device_copy_sync(dst, src, bytes, true);
+}
+
 std::string Mover::link_name(Tier src, Tier dst) const {
   auto name = [&](Tier t) -> std::string {
     if (host_ && t == Tier::kGpu) return "cpu";
@@ -148,7 +158,7 @@ std::string Mover::link_name(Tier src, Tier dst) const {
 }
 
 uint64_t Mover::copy(const Place& dst, const Place& src, size_t bytes, TransferQueue& queue,
-                     TransferLabel label) {
+                     TransferLabel label, void* relay) {
   const std::string link = link_name(src.tier, dst.tier);
   const bool src_disk = src.tier == Tier::kDisk, dst_disk = dst.tier == Tier::kDisk;
   STRATA_ASSERT_MSG(!(src_disk && dst_disk), "copy from disk to disk");
@@ -168,29 +178,34 @@ uint64_t Mover::copy(const Place& dst, const Place& src, size_t bytes, TransferQ
     const Ticket t = disk->write(*dst.file, dst.offset, src.mem, bytes);
     return queue.push([disk, t] { disk->wait(t); }, link, bytes, std::move(label));
   }
+  // A relay's host leg: the caller's buffer, or one made for this copy.
+  std::shared_ptr<AlignedBuffer> owned;
+  if ((src_disk || dst_disk) && relay == nullptr) {
+    owned = std::make_shared<AlignedBuffer>(bytes);
+    relay = owned->data();
+  }
   if (src_disk) {
-    // disk -> device memory: read into host staging, then up to the device.
-    auto staging = std::make_shared<AlignedBuffer>(bytes);
-    const Ticket t = disk->read(*src.file, src.offset, staging->data(), bytes);
-    void* to = dst.mem;
+    // disk -> device memory: read into host staging, then up to the device
+    // once the read is in (ordered now against the device's compute).
+    const Ticket t = disk->read(*src.file, src.offset, relay, bytes);
+    std::function<void()> up = device_copy_later(dst.mem, relay, bytes);
     return queue.push(
-        [this, disk, t, staging, to, bytes] {
+        [disk, t, owned, up] {
           disk->wait(t);
-          device_copy(to, staging->data(), bytes, true)();
+          up();
         },
         link_name(Tier::kDisk, Tier::kCpu) + "," + link_name(Tier::kCpu, Tier::kGpu), bytes,
         std::move(label));
   }
   if (dst_disk) {
     // device memory -> disk: down to host staging, then to the file.
-    auto staging = std::make_shared<AlignedBuffer>(bytes);
-    std::function<void()> down = device_copy(staging->data(), src.mem, bytes, false);
+    std::function<void()> down = device_copy(relay, src.mem, bytes, false);
     const DiskFile* file = dst.file;
     const uint64_t offset = dst.offset;
     return queue.push(
-        [disk, down, staging, file, offset, bytes] {
+        [disk, down, owned, relay, file, offset, bytes] {
           down();
-          disk->wait(disk->write(*file, offset, staging->data(), bytes));
+          disk->wait(disk->write(*file, offset, relay, bytes));
         },
                       link_name(Tier::kGpu, Tier::kCpu) + "," + link_name(Tier::kCpu, Tier::kDisk),
                       bytes, std::move(label));

@@ -115,13 +115,21 @@ class TransferQueue {
 };
 
 // Host<->device copies on queues of their own, for a device whose memory is
-// not host memory (a CUDA device plugs in CudaCopyQueues here: each direction
-// on its own stream, completion by events). Each call starts a copy and
-// returns the function that blocks until it is done.
+// not host memory (the CUDA device plugs in CudaCopyQueues here: each
+// direction on its own stream, completion by events; offload/device.h). A
+// copy is ordered after the compute queued on the device before the call
+// that starts it (so it never overwrites a buffer a queued op still reads,
+// nor reads one a queued op still writes), and not after compute queued
+// later. to_device and to_host start a copy and return the function that
+// blocks until it is done. to_device_later is for a source that is not ready
+// yet (a disk read still landing in it): it takes its place in the order now
+// and returns the function that starts the copy and waits for it.
 class DeviceCopies {
  public:
   virtual ~DeviceCopies() = default;
   virtual std::function<void()> to_device(void* dst, const void* src_host, size_t bytes) = 0;
+  virtual std::function<void()> to_device_later(void* dst, const void* src_host,
+                                                size_t bytes) = 0;
   virtual std::function<void()> to_host(void* dst_host, const void* src, size_t bytes) = 0;
 };
 
@@ -141,9 +149,13 @@ class Mover {
 
   // Starts moving `bytes` from `src` to `dst` on `queue`; returns its
   // number there. Disk offsets and lengths need no alignment (the disk
-  // engine bounces what O_DIRECT cannot take).
+  // engine bounces what O_DIRECT cannot take). `relay`: host memory of at
+  // least `bytes` for the host leg of a disk<->device copy (pinned, and
+  // registered with the disk engine, where the caller has such a buffer);
+  // it must stay untouched until the copy is done. Null: a buffer is
+  // allocated for the copy.
   uint64_t copy(const Place& dst, const Place& src, size_t bytes, TransferQueue& queue,
-                TransferLabel label);
+                TransferLabel label, void* relay = nullptr);
 
   // The link a copy crosses, as reports name it: "disk->cpu", "cpu->disk",
   // "cpu->gpu", "gpu->cpu", "cpu->cpu" (on a device computing on host
@@ -153,6 +165,11 @@ class Mover {
  private:
   // Starts a host<->device copy; the function waits for it.
   std::function<void()> device_copy(void* dst, const void* src, size_t bytes, bool to_device);
+  // A host->device copy whose source is not ready yet; the function starts
+  // it and waits for it.
+  std::function<void()> device_copy_later(void* dst, const void* src, size_t bytes);
+  // The backend's own (synchronous) copy, run when the function is called.
+  std::function<void()> device_copy_sync(void* dst, const void* src, size_t bytes, bool to_device);
 
   Backend& backend_;
   DiskEngine* disk_;

@@ -56,6 +56,8 @@ struct EngineStats {
 };
 
 struct EngineOptions {
+  // The compute device: "cpu", or "cuda" / "cuda:N" (offload/device.h).
+  std::string device = "cpu";
   DType compute_dtype = DType::kF32;  // f32, bf16 or i8 (int8 products with quantized
                                       // weights, CPU; kernels/cpu/matmul_int8.h)
   DType kv_dtype = DType::kF32;       // storage of the KV cache: f32, f16, bf16 or a q4/q8

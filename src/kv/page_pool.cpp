@@ -308,6 +308,13 @@ void PagePool::set_home(int32_t page, PageTier tier) {
   home_[static_cast<size_t>(page)] = tier;
 }
 
+std::pair<void*, void*> PagePool::entry(int64_t l, int32_t page) const {
+  STRATA_ASSERT(l >= 0 && l < g_.n_layer);
+  check_id(page);
+  const LayerArrays& a = layers_[static_cast<size_t>(l)];
+  return {a.k_host[static_cast<size_t>(page)], a.v_host[static_cast<size_t>(page)]};
+}
+
 KvLayer PagePool::layer(int64_t l) const {
   STRATA_ASSERT(l >= 0 && l < g_.n_layer);
   const LayerArrays& a = layers_[static_cast<size_t>(l)];

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -105,6 +106,10 @@ class PagePool {
 
   // Layer l's view (device pointers), valid until the next allocate().
   KvLayer layer(int64_t l) const;
+  // Where layer l's K and V of `page` are (device pointers, null when
+  // unbacked and not staged), read from the host mirror: for host code that
+  // moves pages (a view's page arrays are device memory, not for the host).
+  std::pair<void*, void*> entry(int64_t l, int32_t page) const;
 
  private:
   // More page ids (arrays only), the new ones free; returns how many.

@@ -44,13 +44,6 @@ ResidentWeights::ResidentWeights(const Model& model, Backend& backend,
                                  const MatrixSource& source) {
   const ModelDesc& d = model.desc();
   const ModelConfig& c = d.config;
-  if (!backend.memory_is_host()) {
-    fail(
-        "{}: backend {} does not compute on host memory; its weights must be loaded by the "
-        "offload engine, not read in place",
-        d.path, backend.name());
-  }
-
   auto matrix = [&](const std::string& name) {
     const TensorInfo& t = d.get(name);
     if (t.shape.size() != 2) {

@@ -5,11 +5,14 @@
 // biases) are f32, converted once. The forward never loads anything; whoever
 // fills these views owns the bytes and keeps them alive while they are used.
 //
-// ResidentWeights fills them for a model whose tensors are all used in
-// place from its mapping (the compute device's memory is host memory): only
-// the small vectors are copied, converted to f32 into one device buffer. A
-// MatrixSource may point the matrices elsewhere in host memory instead (a
-// weight pack's mapping, possibly requantized: offload/pack_weights.h).
+// ResidentWeights fills them from a model's mapping: the small vectors are
+// converted to f32 and copied into one device buffer; the matrices point at
+// host memory, in place in the mapping, or where a MatrixSource says (a
+// weight pack's mapping, possibly requantized: offload/pack_weights.h). On a
+// device whose memory is host memory those views are used as they are; on
+// any other device (a GPU) the matrix views are *host* views, and whoever
+// hands them to the forward must point them at device copies first
+// (offload/weight_store.h does).
 #pragma once
 
 #include <cstdint>
@@ -60,9 +63,8 @@ using MatrixSource = std::function<std::optional<MatrixView>(const TensorInfo& t
 
 class ResidentWeights {
  public:
-  // Throws Error when the backend's memory is not host memory (the model's
-  // mapping cannot then be used in place), a tensor's dtype cannot serve
-  // as a small f32 vector, or `source` gives a view of another shape.
+  // Throws Error when a tensor's dtype cannot serve as a small f32 vector
+  // or `source` gives a view of another shape.
   ResidentWeights(const Model& model, Backend& backend, const MatrixSource& source = {});
 
   const GlobalWeights& global() const { return global_; }

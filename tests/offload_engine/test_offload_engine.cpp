@@ -25,6 +25,7 @@
 #include "engine/engine_test_util.h"
 #include "model/model.h"
 #include "offload/engine.h"
+#include "offload_engine/fixture_runs.h"
 #include "offload/offload_test_util.h"
 #include "offload/pack.h"
 #include "offload/placement.h"
@@ -33,47 +34,8 @@
 namespace strata {
 namespace {
 
+using namespace fixture_runs;
 namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() /
-           ("strata-offload-engine-" + tag + "-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-};
-
-struct Fixture {
-  std::string name;
-  std::unique_ptr<Model> model;
-  std::vector<std::vector<int32_t>> prompts;  // 8 prompts of 1..25 tokens
-};
-
-Fixture load(const std::string& name) {
-  Fixture f;
-  f.name = name;
-  const auto golden = test::load_json(std::string(STRATA_TEST_DATA) + "/golden/" + name + ".json");
-  f.model = Model::open(std::string(STRATA_TEST_DATA) + "/" + golden["model"].get<std::string>());
-  std::vector<std::vector<int32_t>> g;
-  for (const auto& p : golden["prompts"]) g.push_back(p["ids"].get<std::vector<int32_t>>());
-  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
-  auto head = [](const std::vector<int32_t>& a, size_t n) {
-    return std::vector<int32_t>(a.begin(), a.begin() + static_cast<long>(std::min(n, a.size())));
-  };
-  f.prompts = {g[0], g[1], g[2], head(g[0], 3), cat(g[1], g[2]), head(g[2], 9), head(g[1], 1),
-               cat(g[0], g[1])};
-  return f;
-}
 
 // The six fractions: weights and KV on disk as asked, activations in RAM.
 EngineOptions options(const Fixture& f, int64_t g, int64_t k, double w_disk, bool kv_disk,
@@ -94,39 +56,6 @@ EngineOptions options(const Fixture& f, int64_t g, int64_t k, double w_disk, boo
   return o;
 }
 
-constexpr int32_t kNewTokens = 9;
-
-struct GenRun {
-  std::vector<std::vector<int32_t>> tokens;              // [seq][step]
-  std::vector<std::vector<std::vector<float>>> logits;  // [seq][step][vocab]
-  EngineStats stats;
-};
-
-// Greedy generation of every prompt in blocks of the engine's size.
-GenRun generate(Engine& e, const std::vector<std::vector<int32_t>>& prompts) {
-  const int64_t V = e.config().n_vocab;
-  GenRun r;
-  r.tokens.resize(prompts.size());
-  r.logits.resize(prompts.size());
-  for (size_t b0 = 0; b0 < prompts.size(); b0 += static_cast<size_t>(e.block_size())) {
-    const size_t n = std::min(prompts.size() - b0, static_cast<size_t>(e.block_size()));
-    std::vector<SeqInput> in(n);
-    for (size_t i = 0; i < n; ++i) in[i] = {prompts[b0 + i], kNewTokens};
-    e.run_block(in, [&](int, std::span<const int32_t> active, const float* logits,
-                        std::span<SeqAction> out) {
-      for (size_t a = 0; a < active.size(); ++a) {
-        const float* row = logits + static_cast<int64_t>(a) * V;
-        const size_t s = b0 + static_cast<size_t>(active[a]);
-        r.logits[s].emplace_back(row, row + V);
-        r.tokens[s].push_back(test::argmax(row, V));
-        out[a].next_token = r.tokens[s].back();
-      }
-    });
-  }
-  r.stats = e.stats();
-  return r;
-}
-
 // The weight bytes a run reads from disk: every step reads the disk share of
 // every column (whole pages), the head's being the embeddings' when tied.
 uint64_t weight_bytes_per_step(const Fixture& f, double w_disk) {
@@ -142,30 +71,6 @@ uint64_t weight_bytes_per_step(const Fixture& f, double w_disk) {
   for (int64_t l = 0; l < f.model->config().n_layer; ++l) n += read("blk." + std::to_string(l));
   n += f.model->config().tie_embeddings ? read("embed") : read("output");
   return n;
-}
-
-uint64_t link_bytes(const EngineStats& s, const std::string& name) {
-  auto it = s.links.find(name);
-  return it == s.links.end() ? 0 : it->second.bytes;
-}
-
-// The bound for logits computed with other micro-batch sizes, f32 compute:
-// only the matrix products see the batch (their row count), and a product
-// of another height may sum each dot product in another order. A sum of k
-// terms rounded in f32 (u = 2^-24) in any order carries an error of at most
-// (k - 1) u sum|x_i w_i|, and with rounding errors of independent signs a
-// typical one of u sqrt(k/2)-ish times the output scale; two orders differ
-// by up to twice that. Each of the S = 4 n_layer + 1 matrix stages a logit
-// depends on adds such a relative error of its output scale, with unit gain
-// along the residual stream, so the logits differ by about
-// 2 u sqrt(k_max / 2) sqrt(S) of their scale; the largest of the ~1e4
-// compared values stays within 4.5 standard deviations, and the scale is
-// bounded by max|logit|; plus u max|logit| for the final rounding.
-double micro_batch_bound(const ModelConfig& c, double max_abs_logit) {
-  const double u = std::ldexp(1.0, -24);
-  const double k_max = static_cast<double>(std::max({c.n_embd, c.n_ff, c.n_head * c.head_dim}));
-  const double stages = 4.0 * static_cast<double>(c.n_layer) + 1.0;
-  return (4.5 * 2 * u * std::sqrt(k_max / 2) * std::sqrt(stages) + u) * max_abs_logit;
 }
 
 class OffloadGrid : public ::testing::TestWithParam<std::string> {};
