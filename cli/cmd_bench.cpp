@@ -59,8 +59,10 @@ int run(const Options& o) {
   }
   const auto tokenizer = tokenizer_for(*model);
   EngineOptions eo;
-  eo.compute_dtype = choose_compute_dtype(o.compute_dtype,
-                                          o.offload.device == "cpu" && cpu::cpu_features().avx512_bf16);
+  eo.compute_dtype = choose_compute_dtype(
+      // On a GPU the default is f32 (bf16 GEMMs need sm_80 or later).
+      o.compute_dtype.empty() && o.offload.device != "cpu" ? "f32" : o.compute_dtype,
+      cpu::cpu_features().avx512_bf16);
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   eo.gpu_batch_size = o.batch > 0 ? o.batch : 1;
   eo.num_gpu_batches = o.num_batches > 0 ? o.num_batches : 1;
@@ -160,8 +162,9 @@ const Command kBench{
       sub.add_option("--repeats", o->repeats, "Measured runs; the median is reported")
           ->capture_default_str();
       sub.add_option("--compute-dtype", o->compute_dtype,
-                     "f32, bf16 or int8 (default: bf16 where the CPU has native bf16, else f32; "
-                     "int8: integer products with quantized weights, CPU only)")
+                     "f32, bf16 or int8 (default: on the CPU bf16 where it has native bf16, else "
+                     "f32; on a GPU f32; int8: integer products with quantized weights, CPU "
+                     "only)")
           ->check(CLI::IsMember({"f32", "bf16", "int8"}));
       sub.add_option("--threads", o->threads, "CPU threads (default: all cores)");
       sub.add_option("--report", o->report, "Also write the report as JSON to this file");

@@ -58,8 +58,10 @@ int run(const Options& o) {
       prepare_jobs(prompts, *tokenizer, model->config().n_ctx, gen, o.model);
 
   EngineOptions eo;
-  eo.compute_dtype = choose_compute_dtype(o.compute_dtype,
-                                          o.offload.device == "cpu" && cpu::cpu_features().avx512_bf16);
+  eo.compute_dtype = choose_compute_dtype(
+      // On a GPU the default is f32 (bf16 GEMMs need sm_80 or later).
+      o.compute_dtype.empty() && o.offload.device != "cpu" ? "f32" : o.compute_dtype,
+      cpu::cpu_features().avx512_bf16);
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   if (o.batch_size > 0) eo.gpu_batch_size = o.batch_size;
   eo.threads = o.threads;
@@ -149,8 +151,9 @@ const Command kGenerate{
       sub.add_flag("--skip-long", o->gen.skip_long,
                    "Skip prompts longer than the context with a warning instead of failing");
       sub.add_option("--compute-dtype", o->compute_dtype,
-                     "f32, bf16 or int8 (default: bf16 where the CPU has native bf16, else f32; "
-                     "int8: integer products with quantized weights, CPU only)")
+                     "f32, bf16 or int8 (default: on the CPU bf16 where it has native bf16, else "
+                     "f32; on a GPU f32; int8: integer products with quantized weights, CPU "
+                     "only)")
           ->check(CLI::IsMember({"f32", "bf16", "int8"}));
       sub.add_option("--threads", o->threads, "CPU threads (default: all cores)");
       sub.add_option("--report", o->report, "Also write the run report as JSON to this file");

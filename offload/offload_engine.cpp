@@ -190,6 +190,8 @@ class OffloadEngine final : public Engine {
   KvSlot& kv_slot_for(int64_t layer, int64_t k, int32_t step);
   void stage_kv(int64_t layer, int64_t k, int32_t step);
   std::byte* kv_record(const KvSlot& s, size_t r);
+  // The host relay of record r (null on a device computing on RAM).
+  std::byte* kv_relay(const KvSlot& s, size_t r);
 
   const Model& model_;
   EngineOptions opt_;
@@ -218,8 +220,11 @@ class OffloadEngine final : public Engine {
   std::array<WeightSlot, 2> wslots_;
   std::array<DeviceBuffer, 2> wdev_;
   uint64_t n_weight_loads_ = 0;
-  std::array<PoolBlock, 2> kv_mem_;      // KV staging records in RAM (unified_)
-  std::array<DeviceBuffer, 2> kv_dev_;   // ... in device memory (otherwise)
+  // KV staging records: in RAM (unified_), else in device memory with a
+  // host mirror of each (pinned on a GPU) that relays their disk reads and
+  // writes at the same offsets.
+  std::array<PoolBlock, 2> kv_mem_;
+  std::array<DeviceBuffer, 2> kv_dev_;
   std::array<KvSlot, 2> kv_slots_;
   // [n_layer * n_mb] the last store of each layer's KV of each micro-batch:
   // a load of those records waits for it (the queues are separate).
@@ -526,13 +531,14 @@ void OffloadEngine::check_block(const BlockMemory& m, int64_t n_seqs, int64_t lo
           mb(gpu_->budget()), mb(dev_need), n_seqs, longest, mb(fixed_device()), mb(m.kv_pages),
           m.kv.backed_pages, mb(m.kv_staging), mb(m.hidden), mb(m.scratch), mb(m.logits));
     }
-    const uint64_t host_need = fixed_ram() + m.logits;
+    const uint64_t host_need = fixed_ram() + m.kv_staging + m.logits;
     if (host_need > ram_->budget()) {
       fail(
           "RAM budget {} (--cpu-mem) is below the {} a block of {} sequences of up to {} tokens "
-          "needs: weights kept in RAM and their staging {}, logits {}; raise --cpu-mem or put "
-          "more weights on disk (--percent)",
-          mb(ram_->budget()), mb(host_need), n_seqs, longest, mb(fixed_ram()), mb(m.logits));
+          "needs: weights kept in RAM and their staging {}, KV staging relays {}, logits {}; "
+          "raise --cpu-mem or put more weights on disk (--percent)",
+          mb(ram_->budget()), mb(host_need), n_seqs, longest, mb(fixed_ram()), mb(m.kv_staging),
+          mb(m.logits));
     }
   }
   const uint64_t fixed = fixed_ram();
@@ -596,6 +602,7 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
                                "memory");
     if (kv_stage > 0) {
       for (DeviceBuffer& b : kv_dev_) b = backend_.alloc(kv_stage);
+      for (PoolBlock& b : kv_mem_) b = ram_->allocate(kv_stage, "KV staging relay buffer");
     }
   }
   for (KvSlot& s : kv_slots_) s = KvSlot{};
@@ -608,6 +615,12 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
     kv_->prepare_file(opt_.offload_dir, m.kv.disk_pages);
     res_disk_kv_ = disk_->reserve(kv_->file_bytes(), "KV cache pages on disk");
   }
+}
+
+std::byte* OffloadEngine::kv_relay(const KvSlot& s, size_t r) {
+  if (unified_) return nullptr;
+  const size_t b = static_cast<size_t>(&s - kv_slots_.data());
+  return kv_mem_[b].data() + r * kv_->record_bytes();
 }
 
 std::byte* OffloadEngine::kv_record(const KvSlot& s, size_t r) {
@@ -712,7 +725,7 @@ void OffloadEngine::load_kv(int64_t layer, int64_t k, int32_t step) {
     slot.load = exec_->mover().copy(
         Place::memory(Tier::kGpu, kv_record(slot, r)),
         Place::disk(kv_->file(), kv_->record_offset(layer, first)), (e - r) * rec, exec_->loads(),
-        {fmt::format("kv layer {} k={}", layer, k), "kv", step});
+        {fmt::format("kv layer {} k={}", layer, k), "kv", step}, kv_relay(slot, r));
     r = e;
   }
 }
@@ -751,7 +764,7 @@ void OffloadEngine::store_kv(int64_t layer, int64_t k, int32_t step) {
     KvSlot& slot = kv_slot_for(layer, k, step);
     last = exec_->mover().copy(Place::disk(kv_->file(), kv_->record_offset(layer, first)),
                                Place::memory(Tier::kGpu, kv_record(slot, r)), (e - r) * rec,
-                               exec_->stores(), label);
+                               exec_->stores(), label, kv_relay(slot, r));
     slot.last_store = last;
     r = e;
   }

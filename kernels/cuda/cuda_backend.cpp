@@ -29,6 +29,11 @@ std::string describe_device(int device) {
 
 void check_device_index(int device) {
   const int n = cuda_device_count();
+  if (n == 0) {
+    fail("cuda backend: CUDA device {} is not available: no CUDA device was found on this "
+         "machine (no GPU or no driver); run on the CPU (--device cpu)",
+         device);
+  }
   if (device < 0 || device >= n) {
     fail(
         "cuda backend: CUDA device {} does not exist ({} found); pick a device in [0, {}) or run "

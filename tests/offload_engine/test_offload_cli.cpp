@@ -166,6 +166,25 @@ TEST(OffloadCli, BudgetTooSmallFailsBeforeAnyWork) {
   EXPECT_FALSE(fs::exists(d / "off/weights.bin")) << "the pack is not built before the check";
 }
 
+// A device that is not known, or not on this machine: one line, exit 1,
+// nothing written. (With a GPU, --device cuda runs: tests/ops/test_cuda_engine.cpp.)
+TEST(OffloadCli, UnknownOrAbsentDeviceFailsWithOneLine) {
+  TempDir d("device");
+  const std::string out = d / "out.jsonl";
+  const CliRun r = run_strata(generate_args(d, out, {"--device", "tpu"}), d.path.string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("device tpu is not known; use cpu, cuda or cuda:N"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(offload_test::count_lines(r.err), 1) << r.err;
+  expect_no_output(out);
+  const CliRun c = run_strata(generate_args(d, out, {"--device", "cuda:7"}), d.path.string());
+  if (c.exit_code == 0) GTEST_SKIP() << "this machine has a GPU cuda:7";
+  EXPECT_EQ(c.exit_code, 1);
+  EXPECT_NE(c.err.find("cuda"), std::string::npos) << c.err;
+  EXPECT_EQ(offload_test::count_lines(c.err), 1) << c.err;
+  expect_no_output(out);
+}
+
 TEST(OffloadCli, FileSizeLimitInTheOffloadDirectoryFailsCleanly) {
   TempDir d("fsize");
   const std::string out = d / "out.jsonl";
