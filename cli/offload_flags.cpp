@@ -205,8 +205,9 @@ void OffloadFlags::add(CLI::App& sub, bool with_batch_flags) {
     sub.add_option("--num-gpu-batches", num_gpu_batches, "Micro-batches per block");
   }
   sub.add_flag("--cpu-attention", cpu_attention,
-               "Decode attention over CPU-held KV on the CPU (a GPU device; on the CPU device "
-               "attention always runs where the KV is)");
+               "Decode attention over CPU-held KV on the CPU beside a GPU: planned by the policy "
+               "tools, not run by the engine yet (refused on a GPU; no effect on the CPU device, "
+               "where attention runs where the KV is)");
   sub.add_option("--hardware", hardware,
                  "Hardware profile for --policy auto and the predicted throughput: a preset or "
                  "YAML (default: this machine, measured once and cached)");
@@ -272,8 +273,18 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
 
   if (policy == "auto") {
     source = "auto";
+    const bool gpu = parse_device_name(device) >= 0;
+    if (gpu && !hardware_profile) {
+      fail("--policy auto on {} needs --hardware FILE|PRESET, a profile of this GPU machine (the "
+           "profile `strata profile` measures and caches is the CPU device's)",
+           device);
+    }
     if (!hardware_profile) hardware_profile = this_machine(offload_dir);
     const HardwareProfile& hw = *hardware_profile;
+    if (gpu && hw.unified_memory()) {
+      fail("--hardware {}: {} describes a device computing on host RAM, not {}", hardware,
+           hw.name, device);
+    }
     const ModelShape shape = model_shape_of(model);
     const Workload work{std::max<int64_t>(1, run.max_prompt), std::max<int64_t>(1, run.gen)};
     Budgets b;
@@ -296,6 +307,14 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
     so.gpu_batch_size = gpu_batch_size;
     so.num_gpu_batches = num_gpu_batches;
     if (cpu_attention) so.cpu_attention = true;
+    if (gpu) {
+      // What this engine runs on a GPU: KV pages on the device or on disk,
+      // activations on the device, attention on the device.
+      so.fixed[3] = 0;  // KV_CPU
+      so.fixed[4] = 1;  // ACT_GPU
+      so.fixed[5] = 0;  // ACT_CPU
+      so.cpu_attention = false;
+    }
     so.compress_weight = p.compress_weight;
     so.compress_kv = p.compress_kv;
     if (fixed) {

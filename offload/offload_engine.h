@@ -1,11 +1,20 @@
 // The offload engine: the Engine (src/generate/engine.h) that runs blocks of
 // sequences with the model spread over the tiers as EngineOptions' placement
 // says, by walking the zig-zag block schedule (offload/schedule.h) with its
-// transfers. It owns the pieces: the tiers' byte budgets (TierPool: RAM and
-// disk; on the CPU device the gpu tier is RAM), the weights
-// (offload/weight_store.h, the pack in offload_dir when weights live on
-// disk), the KV cache (offload/kv_store.h), the forward, and the executor
+// transfers, on one compute device (offload/device.h). It owns the pieces:
+// the tiers' byte budgets (TierPool: RAM and disk, and device memory on a
+// device with memory of its own; on the CPU device the gpu tier is RAM), the
+// weights (offload/weight_store.h, the pack in offload_dir when weights live
+// on disk), the KV cache (offload/kv_store.h), the forward, and the executor
 // (offload/executor.h) that overlaps the transfers with compute.
+//
+// On a device whose memory is not host memory (a GPU): streamed weight
+// columns land in two device staging buffers (their disk tails through two
+// pinned host buffers the disk engine reads into), KV staging records are
+// device memory with a pinned host mirror each that relays their disk reads
+// and writes, activations and the forward's scratch are device memory, and
+// the logits are copied back at the end of each step. KV pages homed in RAM,
+// activations in RAM and CPU attention are refused there with a message.
 //
 // Budgets are checked before any work: the weights and their staging when
 // the engine is made (and a whole block of the planned size when
