@@ -205,9 +205,9 @@ void OffloadFlags::add(CLI::App& sub, bool with_batch_flags) {
     sub.add_option("--num-gpu-batches", num_gpu_batches, "Micro-batches per block");
   }
   sub.add_flag("--cpu-attention", cpu_attention,
-               "Decode attention over CPU-held KV on the CPU beside a GPU: planned by the policy "
-               "tools, not run by the engine yet (refused on a GPU; no effect on the CPU device, "
-               "where attention runs where the KV is)");
+               "Attention on the CPU over a KV cache in RAM (and on disk), between the GPU's "
+               "projections (a GPU device, with KV_GPU 0; on the CPU device attention always runs "
+               "where the KV is)");
   sub.add_option("--hardware", hardware,
                  "Hardware profile for --policy auto and the predicted throughput: a preset or "
                  "YAML (default: this machine, measured once and cached)");
@@ -308,12 +308,17 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
     so.num_gpu_batches = num_gpu_batches;
     if (cpu_attention) so.cpu_attention = true;
     if (gpu) {
-      // What this engine runs on a GPU: KV pages on the device or on disk,
-      // activations on the device, attention on the device.
-      so.fixed[3] = 0;  // KV_CPU
+      // What this engine runs on a GPU: activations on the device; KV pages
+      // on the device or on disk with attention on the device, or (with
+      // --cpu-attention) in RAM or on disk with attention on the CPU.
       so.fixed[4] = 1;  // ACT_GPU
       so.fixed[5] = 0;  // ACT_CPU
-      so.cpu_attention = false;
+      if (cpu_attention) {
+        so.fixed[2] = 0;  // KV_GPU
+      } else {
+        so.fixed[3] = 0;  // KV_CPU
+        so.cpu_attention = false;
+      }
     }
     so.compress_weight = p.compress_weight;
     so.compress_kv = p.compress_kv;

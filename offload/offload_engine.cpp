@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "model/forward.h"
 #include "model/layer_weights.h"
 #include "model/model.h"
@@ -178,6 +179,11 @@ class OffloadEngine final : public Engine {
   void check_block(const BlockMemory& m, int64_t n_seqs, int64_t longest) const;
   void prepare_block(const BlockMemory& m);
   std::string ram_flags() const;
+  // The backend whose memory holds the KV pages and runs attention.
+  Backend& kv_backend() { return host_be_ ? *host_be_ : backend_; }
+  // KV append and attention of layer j for group `gr` on the CPU
+  // (cpu_attention_): q, k, v rows down from the device, output rows up.
+  Forward::AttentionFn cpu_attention(int64_t j, const MicroBatchHost& gr);
   void check_ids(std::span<const int32_t> ids, const char* what, size_t index) const;
   void check_window(int64_t positions, const char* what, size_t index) const;
   int64_t pos_offset() const { return config().learned_pos ? config().pos_offset : -1; }
@@ -190,7 +196,9 @@ class OffloadEngine final : public Engine {
   KvSlot& kv_slot_for(int64_t layer, int64_t k, int32_t step);
   void stage_kv(int64_t layer, int64_t k, int32_t step);
   std::byte* kv_record(const KvSlot& s, size_t r);
-  // The host relay of record r (null on a device computing on RAM).
+  // Where KV pages and records are, for the mover.
+  Place kv_place(void* p) const { return Place::memory(kv_host_ ? Tier::kCpu : Tier::kGpu, p); }
+  // The host relay of record r (null when the records are host memory).
   std::byte* kv_relay(const KvSlot& s, size_t r);
 
   const Model& model_;
@@ -198,6 +206,13 @@ class OffloadEngine final : public Engine {
   ComputeDevice dev_;
   Backend& backend_;
   bool unified_;             // the device computes on host RAM
+  // Attention on the CPU beside a device with memory of its own
+  // (--cpu-attention): the KV cache lives in RAM, in a pool of host_be_,
+  // and each layer's KV append and attention run there.
+  bool cpu_attention_ = false;
+  std::unique_ptr<Backend> host_be_;
+  bool kv_host_ = true;  // KV pages and staging records are host memory
+  std::vector<float> host_qkv_, host_attn_;
   PlacementFractions frac_;  // folded for the device
   std::unique_ptr<TierPool> ram_, disk_;
   std::unique_ptr<TierPool> gpu_;  // device memory (accounting only); null when unified_
@@ -213,14 +228,14 @@ class OffloadEngine final : public Engine {
   TransferPlan transfer_plan_;
   uint64_t kv_cap_bytes_ = 0;  // the KV pool's own cap (kv_budget_bytes)
 
-  Reservation res_weights_, res_block_, res_disk_weights_, res_disk_kv_;
+  Reservation res_weights_, res_block_, res_block_host_, res_disk_weights_, res_disk_kv_;
   uint64_t fixed_ram_ = 0, fixed_device_ = 0;
   // Weight staging: host buffers for disk reads; on a device whose memory
   // is not RAM also a device buffer per slot that streamed columns land in.
   std::array<WeightSlot, 2> wslots_;
   std::array<DeviceBuffer, 2> wdev_;
   uint64_t n_weight_loads_ = 0;
-  // KV staging records: in RAM (unified_), else in device memory with a
+  // KV staging records: in RAM (kv_host_), else in device memory with a
   // host mirror of each (pinned on a GPU) that relays their disk reads and
   // writes at the same offsets.
   std::array<PoolBlock, 2> kv_mem_;
@@ -264,19 +279,24 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
           "device memory: use ACT_GPU 100 ACT_CPU 0 (--percent W_GPU W_CPU KV_GPU KV_CPU 100 0)",
           100 * frac_.act_cpu, backend_.name());
     }
-    if (frac_.kv_cpu > 1e-12) {
+    cpu_attention_ = opt_.cpu_attention;
+    if (cpu_attention_ && frac_.kv_gpu > 1e-12) {
       fail(
-          "placement keeps {:.4g}% of the KV cache in CPU RAM; on {} this engine keeps KV pages in "
-          "device memory or on disk: use KV_CPU 0 (--percent W_GPU W_CPU KV_GPU 0 ACT_GPU "
-          "ACT_CPU, disk holding the rest of the KV cache)",
+          "--cpu-attention runs attention on the CPU over a KV cache in RAM and on disk, but the "
+          "placement keeps {:.4g}% of it on {}: use KV_GPU 0 (--percent W_GPU W_CPU 0 KV_CPU "
+          "ACT_GPU ACT_CPU)",
+          100 * frac_.kv_gpu, backend_.name());
+    }
+    if (!cpu_attention_ && frac_.kv_cpu > 1e-12) {
+      fail(
+          "placement keeps {:.4g}% of the KV cache in CPU RAM; on {} attention then runs on the "
+          "CPU: add --cpu-attention (with KV_GPU 0), or use KV_CPU 0 to keep KV pages in device "
+          "memory and on disk",
           100 * frac_.kv_cpu, backend_.name());
     }
-    if (opt_.cpu_attention) {
-      fail("--cpu-attention is not supported on {}: attention runs on the device, over KV pages "
-           "in device memory; drop the flag",
-           backend_.name());
-    }
+    if (cpu_attention_) host_be_ = std::make_unique<CpuBackend>(opt_.threads);
   }
+  kv_host_ = unified || cpu_attention_;
 
   // ---- budgets ----
   const uint64_t ram_default = available_ram_bytes();
@@ -366,7 +386,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
     for (auto& v : prompts) v.assign(static_cast<size_t>(opt_.gpu_batch_size), opt_.plan_prompt_tokens);
     // KvStore's needs only depend on the fractions and geometry: a
     // throw-away store answers them.
-    const KvStore probe(backend_, geo, std::max(kv_cap_bytes_, geo.bytes_per_page()), frac_);
+    const KvStore probe(kv_backend(), geo, std::max(kv_cap_bytes_, geo.bytes_per_page()), frac_);
     BlockMemory m;
     m.kv = probe.needs(lens);
     m.kv_pages = static_cast<uint64_t>(m.kv.backed_pages) * geo.bytes_per_page();
@@ -417,7 +437,8 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
                    pack_->weights_path());
     }
   }
-  kv_ = std::make_unique<KvStore>(backend_, geo, std::max(kv_cap_bytes_, geo.bytes_per_page()), frac_);
+  kv_ = std::make_unique<KvStore>(kv_backend(), geo, std::max(kv_cap_bytes_, geo.bytes_per_page()),
+                                  frac_);
   exec_ = std::make_unique<Executor>(backend_, disk_engine_.get(), opt_.trace, dev_.copies.get());
   // What the weights hold now: in place and vectors (unified), or the cpu
   // share's copies (otherwise), and the staging buffers.
@@ -521,23 +542,29 @@ void OffloadEngine::check_block(const BlockMemory& m, int64_t n_seqs, int64_t lo
         mb(kv_cap_bytes_), cap_pages, g.page_size, cap_pages, m.kv.backed_pages, n_seqs, longest);
   }
   if (!unified_) {
-    const uint64_t dev_need = fixed_device() + m.device();
+    // The KV cache and its staging: in device memory, relayed through RAM;
+    // or in RAM (CPU attention), with the layer's q/k/v and output rows.
+    const uint64_t kv_dev = kv_host_ ? 0 : m.kv_pages + m.kv_staging;
+    const uint64_t kv_ram =
+        kv_host_ ? m.kv_pages + m.kv_staging + 2 * m.scratch : m.kv_staging;
+    const uint64_t dev_need = fixed_device() + m.device() - m.kv_pages - m.kv_staging + kv_dev;
     if (dev_need > gpu_->budget()) {
       fail(
           "device memory budget {} (--gpu-mem) is below the {} a block of {} sequences of up to {} "
           "tokens needs: weights and their staging {}, KV cache {} ({} pages) + staging {}, "
           "activations {}, working memory {}, logits {}; raise --gpu-mem, lower the batch size "
           "or put more on the cpu and disk tiers (--percent)",
-          mb(gpu_->budget()), mb(dev_need), n_seqs, longest, mb(fixed_device()), mb(m.kv_pages),
-          m.kv.backed_pages, mb(m.kv_staging), mb(m.hidden), mb(m.scratch), mb(m.logits));
+          mb(gpu_->budget()), mb(dev_need), n_seqs, longest, mb(fixed_device()),
+          mb(kv_host_ ? 0 : m.kv_pages), kv_host_ ? 0 : m.kv.backed_pages,
+          mb(kv_host_ ? 0 : m.kv_staging), mb(m.hidden), mb(m.scratch), mb(m.logits));
     }
-    const uint64_t host_need = fixed_ram() + m.kv_staging + m.logits;
+    const uint64_t host_need = fixed_ram() + kv_ram + m.logits;
     if (host_need > ram_->budget()) {
       fail(
           "RAM budget {} (--cpu-mem) is below the {} a block of {} sequences of up to {} tokens "
-          "needs: weights kept in RAM and their staging {}, KV staging relays {}, logits {}; "
+          "needs: weights kept in RAM and their staging {}, KV cache and staging {}, logits {}; "
           "raise --cpu-mem or put more weights on disk (--percent)",
-          mb(ram_->budget()), mb(host_need), n_seqs, longest, mb(fixed_ram()), mb(m.kv_staging),
+          mb(ram_->budget()), mb(host_need), n_seqs, longest, mb(fixed_ram()), mb(kv_ram),
           mb(m.logits));
     }
   }
@@ -569,6 +596,7 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
   // forward's scratch only grow); one reservation covers what the backend
   // allocates, the staging buffers count themselves.
   res_block_.release();
+  res_block_host_.release();
   for (PoolBlock& b : kv_mem_) b.reset();
   for (DeviceBuffer& b : kv_dev_) b.reset();
   PagePool& pool = kv_->pool();
@@ -596,6 +624,13 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
     if (kv_stage > 0) {
       for (PoolBlock& b : kv_mem_) b = ram_->allocate(kv_stage, "KV staging buffer");
     }
+  } else if (kv_host_) {
+    // CPU attention: the KV cache in RAM, activations on the device.
+    res_block_ = gpu_->reserve(block - kv_pages, "the block's activations and working memory");
+    res_block_host_ = ram_->reserve(kv_pages, "the block's KV cache (CPU attention)");
+    if (kv_stage > 0) {
+      for (PoolBlock& b : kv_mem_) b = ram_->allocate(kv_stage, "KV staging buffer");
+    }
   } else {
     res_block_ = gpu_->reserve(block + 2 * kv_stage,
                                "the block's KV cache and its staging, activations and working "
@@ -618,15 +653,53 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
 }
 
 std::byte* OffloadEngine::kv_relay(const KvSlot& s, size_t r) {
-  if (unified_) return nullptr;
+  if (kv_host_) return nullptr;
   const size_t b = static_cast<size_t>(&s - kv_slots_.data());
   return kv_mem_[b].data() + r * kv_->record_bytes();
 }
 
 std::byte* OffloadEngine::kv_record(const KvSlot& s, size_t r) {
   const size_t b = static_cast<size_t>(&s - kv_slots_.data());
-  std::byte* base = unified_ ? kv_mem_[b].data() : kv_dev_[b].as<std::byte>();
+  std::byte* base = kv_host_ ? kv_mem_[b].data() : kv_dev_[b].as<std::byte>();
   return base + r * kv_->record_bytes();
+}
+
+Forward::AttentionFn OffloadEngine::cpu_attention(int64_t j, const MicroBatchHost& gr) {
+  return [this, j, &gr](const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
+                        float scale) {
+    const ModelConfig& c = config();
+    const int64_t n = gr.n_tokens();
+    const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_kv_head * c.head_dim;
+    STRATA_ASSERT(qkv_stride == q_dim + 2 * kv_dim && out_stride >= q_dim);
+    host_qkv_.resize(static_cast<size_t>(n * qkv_stride));
+    host_attn_.resize(static_cast<size_t>(n * q_dim));
+    // Waits for the device's q/k/v of this layer. The copies count on the
+    // links (their time includes that wait).
+    auto t0 = Clock::now();
+    backend_.copy_to_host(host_qkv_.data(), qkv, host_qkv_.size() * sizeof(float));
+    EngineStats::Link& down = stats_.links["gpu->cpu"];
+    down.bytes += host_qkv_.size() * sizeof(float);
+    down.busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    DeviceBuffer none;
+    const MicroBatch hmb = upload_micro_batch(*host_be_, gr, none);  // the host arrays
+    const KvLayer kv = kv_->pool().layer(j);
+    float* q = host_qkv_.data();
+    host_be_->kv_append(kv, q + q_dim, qkv_stride, q + q_dim + kv_dim, qkv_stride, hmb.slots, n,
+                        hmb.touched, hmb.n_filled, hmb.n_touched);
+    host_be_->attention(host_attn_.data(), q_dim, q, qkv_stride, c.n_head, kv, hmb.seqs, scale);
+    t0 = Clock::now();
+    if (out_stride == q_dim) {
+      backend_.copy_to_device(out, host_attn_.data(), host_attn_.size() * sizeof(float));
+    } else {
+      for (int64_t t = 0; t < n; ++t) {
+        backend_.copy_to_device(out + t * out_stride, host_attn_.data() + t * q_dim,
+                                static_cast<size_t>(q_dim) * sizeof(float));
+      }
+    }
+    EngineStats::Link& up = stats_.links["cpu->gpu"];
+    up.bytes += host_attn_.size() * sizeof(float);
+    up.busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  };
 }
 
 // ---- weights ----
@@ -723,7 +796,7 @@ void OffloadEngine::load_kv(int64_t layer, int64_t k, int32_t step) {
       ++e;
     }
     slot.load = exec_->mover().copy(
-        Place::memory(Tier::kGpu, kv_record(slot, r)),
+        kv_place(kv_record(slot, r)),
         Place::disk(kv_->file(), kv_->record_offset(layer, first)), (e - r) * rec, exec_->loads(),
         {fmt::format("kv layer {} k={}", layer, k), "kv", step}, kv_relay(slot, r));
     r = e;
@@ -763,7 +836,7 @@ void OffloadEngine::store_kv(int64_t layer, int64_t k, int32_t step) {
     }
     KvSlot& slot = kv_slot_for(layer, k, step);
     last = exec_->mover().copy(Place::disk(kv_->file(), kv_->record_offset(layer, first)),
-                               Place::memory(Tier::kGpu, kv_record(slot, r)), (e - r) * rec,
+                               kv_place(kv_record(slot, r)), (e - r) * rec,
                                exec_->stores(), label, kv_relay(slot, r));
     slot.last_store = last;
     r = e;
@@ -773,10 +846,10 @@ void OffloadEngine::store_kv(int64_t layer, int64_t k, int32_t step) {
     for (int32_t p : st.completed_backed) {
       const auto [k_page, v_page] = kv_->pool().entry(layer, p);
       const uint64_t off = kv_->record_offset(layer, kv_->disk_slot(p));
-      exec_->mover().copy(Place::disk(kv_->file(), off), Place::memory(Tier::kGpu, k_page), pb,
+      exec_->mover().copy(Place::disk(kv_->file(), off), kv_place(k_page), pb,
                           exec_->stores(), label);
       last = exec_->mover().copy(Place::disk(kv_->file(), off + pb),
-                                 Place::memory(Tier::kGpu, v_page), pb, exec_->stores(), label);
+                                 kv_place(v_page), pb, exec_->stores(), label);
       if (layer == config().n_layer - 1) kv_->mark_retiring(p, last);
     }
   }
@@ -979,7 +1052,8 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
           const KvLayer kv = pool.layer(ss.layer);
           for (int64_t gi = 0; gi < m.n_groups; ++gi) {
             Group& gr = m.groups[static_cast<size_t>(gi)];
-            fwd_.layer(ss.layer, w, kv, gr.dev, m.hidden.as<float>() + gr.token0 * E);
+            fwd_.layer(ss.layer, w, kv, gr.dev, m.hidden.as<float>() + gr.token0 * E,
+                       cpu_attention_ ? cpu_attention(ss.layer, gr.host) : Forward::AttentionFn{});
           }
           break;
         }

@@ -13,8 +13,12 @@
 // pinned host buffers the disk engine reads into), KV staging records are
 // device memory with a pinned host mirror each that relays their disk reads
 // and writes, activations and the forward's scratch are device memory, and
-// the logits are copied back at the end of each step. KV pages homed in RAM,
-// activations in RAM and CPU attention are refused there with a message.
+// the logits are copied back at the end of each step. With CPU attention
+// the KV cache (pool, staging records) is host memory of a CpuBackend, and
+// each layer's KV append and attention run there between the device's
+// projections (Forward::AttentionFn), in turn with the device's work.
+// Activations in RAM, and KV pages in RAM without CPU attention, are
+// refused there with a message.
 //
 // Budgets are checked before any work: the weights and their staging when
 // the engine is made (and a whole block of the planned size when

@@ -211,7 +211,7 @@ void Forward::embed(const GlobalWeights& w, const MicroBatch& mb, float* hidden)
 }
 
 void Forward::layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const MicroBatch& mb,
-                    float* hidden) {
+                    float* hidden, const AttentionFn& attend) {
   (void)j;
   reserve(mb.n_tokens);
   const int64_t n = mb.n_tokens;
@@ -229,8 +229,13 @@ void Forward::layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const M
     be_.rope(q, qkv_dim_, c_.n_head, k, qkv_dim_, c_.n_kv_head, c_.head_dim, mb.positions, n,
              inv_freq_.as<float>(), rot_dim_, pairs_);
   }
-  be_.kv_append(kv, k, qkv_dim_, v, qkv_dim_, mb.slots, n, mb.touched, mb.n_filled, mb.n_touched);
-  be_.attention(attn_, q_dim_, q, qkv_dim_, c_.n_head, kv, mb.seqs, attn_scale_);
+  if (attend) {
+    attend(qkv_, qkv_dim_, attn_, q_dim_, attn_scale_);
+  } else {
+    be_.kv_append(kv, k, qkv_dim_, v, qkv_dim_, mb.slots, n, mb.touched, mb.n_filled,
+                  mb.n_touched);
+    be_.attention(attn_, q_dim_, q, qkv_dim_, c_.n_head, kv, mb.seqs, attn_scale_);
+  }
   be_.matmul(proj_, E, attn_, q_dim_, w.o, w.o_bias, n, compute_);
   be_.add(hidden, E, hidden, E, proj_, E, n, E);
 

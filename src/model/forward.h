@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -89,11 +90,22 @@ class Forward {
   const ModelConfig& config() const { return c_; }
   DType compute() const { return compute_; }
 
+  // Where a layer's KV append and attention run when not on the backend
+  // (attention on the CPU over a KV cache in RAM beside a GPU): given the
+  // layer's rows [n_tokens, q_dim + 2 kv_dim] of q, k, v after RoPE (device,
+  // row stride qkv_stride), it appends k and v to its cache and writes the
+  // attention output rows [n_tokens, q_dim] to `out` (device, row stride
+  // out_stride), with softmax scale `scale`.
+  using AttentionFn = std::function<void(const float* qkv, int64_t qkv_stride, float* out,
+                                         int64_t out_stride, float scale)>;
+
   // hidden: [mb.n_tokens, n_embd]
   void embed(const GlobalWeights& w, const MicroBatch& mb, float* hidden);
-  // Layer j over the micro-batch: appends its k/v to kv, updates hidden in place.
+  // Layer j over the micro-batch: appends its k/v to kv, updates hidden in
+  // place. With `attend`, that runs the KV append and attention instead (kv
+  // is then not used).
   void layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const MicroBatch& mb,
-             float* hidden);
+             float* hidden, const AttentionFn& attend = {});
   // logits: [mb.n_out, n_vocab], row r for token row mb.out_rows[r].
   void head(const GlobalWeights& w, const MicroBatch& mb, const float* hidden, float* logits);
 

@@ -238,6 +238,48 @@ TEST(DeviceEngine, RequantizedWeightsAndF16KvRunFromDeviceMemory) {
   EXPECT_EQ(a.logits, b.logits);
 }
 
+// --cpu-attention: the KV cache in RAM (and on disk), each layer's KV append
+// and attention on the CPU between the device's projections; the CPU
+// device's bits again.
+TEST(DeviceEngine, CpuAttentionOverRamAndDiskKvGivesTheCpuBits) {
+  for (const std::string name : {"opt", "llama"}) {
+    const Fixture f = load(name);
+    TempDir dir("device-cpu-attn");
+    for (const auto& [g, k] : {std::pair<int64_t, int64_t>{1, 1}, {2, 3}}) {
+      auto ref = make_engine(*f.model, options(f, g, k, dir.path));
+      const GenRun a = generate(*ref, f.prompts);
+      for (double kv_cpu : {1.0, 0.5}) {
+        EngineOptions o = placed(options(f, g, k, dir.path), {0.3, 0.4, 0});
+        o.kv_cpu = kv_cpu;
+        o.cpu_attention = true;
+        auto e = make_engine(*f.model, o, separate_device());
+        const GenRun b = generate(*e, f.prompts);
+        const std::string what = name + " " + std::to_string(g) + "x" + std::to_string(k) +
+                                 " KV cpu " + std::to_string(kv_cpu);
+        EXPECT_EQ(a.tokens, b.tokens) << what;
+        EXPECT_EQ(a.logits, b.logits) << what;
+        // q/k/v rows go down and attention rows come up every layer: per
+        // token and layer (q + 2 kv) and q floats.
+        const ModelConfig& c = f.model->config();
+        int64_t tokens = 0;  // every token that went through the layers
+        for (size_t q = 0; q < f.prompts.size(); ++q) {
+          tokens += static_cast<int64_t>(f.prompts[q].size()) + kNewTokens - 1;
+        }
+        const uint64_t qd = static_cast<uint64_t>(c.n_head * c.head_dim),
+                       kvd = static_cast<uint64_t>(c.n_kv_head * c.head_dim);
+        const uint64_t per_layer_token = (qd + 2 * kvd) * sizeof(float);
+        if (kv_cpu == 1) {
+          EXPECT_EQ(link_bytes(b.stats, "gpu->cpu"),
+                    static_cast<uint64_t>(tokens * c.n_layer) * per_layer_token)
+              << what;
+        } else {
+          EXPECT_GT(link_bytes(b.stats, "cpu->disk"), 0u) << what;
+        }
+      }
+    }
+  }
+}
+
 std::string error_of(const std::function<void()>& fn) {
   try {
     fn();
@@ -256,7 +298,7 @@ TEST(DeviceEngine, PlacementsThisEngineDoesNotRunOnADeviceAreRefusedByName) {
   kv_cpu.kv_cpu = 0.5;
   std::string m = error_of([&] { make_engine(*f.model, kv_cpu, separate_device()); });
   EXPECT_NE(m.find("50% of the KV cache in CPU RAM"), std::string::npos) << m;
-  EXPECT_NE(m.find("KV_CPU 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("add --cpu-attention"), std::string::npos) << m;
 
   EngineOptions act_cpu = base;
   act_cpu.act_gpu = 0;
@@ -264,10 +306,11 @@ TEST(DeviceEngine, PlacementsThisEngineDoesNotRunOnADeviceAreRefusedByName) {
   m = error_of([&] { make_engine(*f.model, act_cpu, separate_device()); });
   EXPECT_NE(m.find("activations in CPU RAM"), std::string::npos) << m;
 
-  EngineOptions cpu_attn = base;
+  EngineOptions cpu_attn = base;  // KV on the device
   cpu_attn.cpu_attention = true;
   m = error_of([&] { make_engine(*f.model, cpu_attn, separate_device()); });
-  EXPECT_NE(m.find("--cpu-attention"), std::string::npos) << m;
+  EXPECT_NE(m.find("--cpu-attention runs attention on the CPU"), std::string::npos) << m;
+  EXPECT_NE(m.find("KV_GPU 0"), std::string::npos) << m;
 }
 
 TEST(DeviceEngine, DeviceBudgetsTooSmallFailBeforeAnyWorkNamingGpuMem) {

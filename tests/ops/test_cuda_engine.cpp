@@ -5,6 +5,8 @@
 //     (test::f32_logit_bound: other kernels sum in other orders), tokens equal
 //     up to a divergence where the CPU's two competing logits are within
 //     twice that bound;
+//   - the same with --cpu-attention (KV in RAM and on disk, attention on the
+//     CPU between the GPU's projections);
 //   - a streamed placement (weights on gpu, pinned RAM and disk; KV pages on
 //     the GPU and on disk) gives the bits of the all-on-GPU run: a placement
 //     moves bytes, the same kernels run on them;
@@ -47,6 +49,31 @@ EngineOptions cuda_options(const Fixture& f, int64_t g, int64_t k, const fs::pat
   return o;
 }
 
+// Every step's logits of `got` within the f32 bound of `ref`'s, tokens equal
+// up to a divergence where ref's two competing logits are within twice it.
+void expect_within_f32_bound(const GenRun& ref, const GenRun& got, int64_t V,
+                             const std::string& what) {
+  for (size_t q = 0; q < ref.tokens.size(); ++q) {
+    for (size_t s = 0; s < ref.tokens[q].size(); ++s) {
+      const std::vector<float>& a = ref.logits[q][s];
+      const std::vector<float>& b = got.logits[q][s];
+      double max_abs = 0, max_d = 0;
+      for (int64_t v = 0; v < V; ++v) max_abs = std::max(max_abs, std::fabs(double(a[v])));
+      const double bound = test::f32_logit_bound(max_abs);
+      for (int64_t v = 0; v < V; ++v) {
+        const double d = std::fabs(double(a[v]) - b[v]);
+        max_d = std::max(max_d, std::isnan(d) ? INFINITY : d);
+      }
+      EXPECT_LE(max_d, bound) << what << " sequence " << q << " step " << s;
+      if (got.tokens[q][s] != ref.tokens[q][s]) {
+        const double gap = std::fabs(double(a[ref.tokens[q][s]]) - a[got.tokens[q][s]]);
+        EXPECT_LE(gap, 2 * bound) << what << " sequence " << q << " diverges at step " << s;
+        break;  // the prefixes differ from here on
+      }
+    }
+  }
+}
+
 class CudaEngine : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaEngine, FixtureWithinTheF32BoundOfTheCpuRun) {
@@ -59,26 +86,27 @@ TEST_P(CudaEngine, FixtureWithinTheF32BoundOfTheCpuRun) {
   auto ref_engine = make_engine(*f.model, cpu);
   auto gpu_engine = make_engine(*f.model, cuda_options(f, 2, 3, dir.path));
   const GenRun ref = generate(*ref_engine, f.prompts), got = generate(*gpu_engine, f.prompts);
-  const int64_t V = f.model->config().n_vocab;
-  for (size_t q = 0; q < f.prompts.size(); ++q) {
-    for (size_t s = 0; s < ref.tokens[q].size(); ++s) {
-      const std::vector<float>& a = ref.logits[q][s];
-      const std::vector<float>& b = got.logits[q][s];
-      double max_abs = 0, max_d = 0;
-      for (int64_t v = 0; v < V; ++v) max_abs = std::max(max_abs, std::fabs(double(a[v])));
-      const double bound = test::f32_logit_bound(max_abs);
-      for (int64_t v = 0; v < V; ++v) {
-        const double d = std::fabs(double(a[v]) - b[v]);
-        max_d = std::max(max_d, std::isnan(d) ? INFINITY : d);
-      }
-      EXPECT_LE(max_d, bound) << f.name << " sequence " << q << " step " << s;
-      if (got.tokens[q][s] != ref.tokens[q][s]) {
-        const double gap = std::fabs(double(a[ref.tokens[q][s]]) - a[got.tokens[q][s]]);
-        EXPECT_LE(gap, 2 * bound) << f.name << " sequence " << q << " diverges at step " << s;
-        break;  // the prefixes differ from here on
-      }
-    }
-  }
+  expect_within_f32_bound(ref, got, f.model->config().n_vocab, f.name);
+}
+
+// --cpu-attention: the KV cache in RAM and on disk, attention on the CPU
+// between the GPU's projections.
+TEST_P(CudaEngine, CpuAttentionWithinTheF32BoundOfTheCpuRun) {
+  STRATA_REQUIRE_GPU();
+  const Fixture f = load(GetParam());
+  TempDir dir("cuda-cpu-attn");
+  EngineOptions cpu = cuda_options(f, 2, 3, dir.path);
+  cpu.device = "cpu";
+  place_everything_on_device(cpu);
+  EngineOptions o = cuda_options(f, 2, 3, dir.path);
+  o.kv_gpu = 0;
+  o.kv_cpu = 0.5;  // the rest on disk
+  o.cpu_attention = true;
+  auto ref_engine = make_engine(*f.model, cpu);
+  auto gpu_engine = make_engine(*f.model, o);
+  const GenRun ref = generate(*ref_engine, f.prompts), got = generate(*gpu_engine, f.prompts);
+  expect_within_f32_bound(ref, got, f.model->config().n_vocab, f.name + " cpu attention");
+  EXPECT_GT(link_bytes(got.stats, "gpu->cpu"), 0u);
 }
 
 TEST_P(CudaEngine, StreamedPlacementGivesTheBitsOfTheAllOnGpuRun) {
