@@ -9,10 +9,11 @@
 // saying the machine, the date, the commit and how each number was measured.
 //
 // Every rate the cost model divides by is measured or derived here, on the
-// backend `strata generate` computes with: this build's is the CPU (there is
-// no CUDA backend yet), so the profile has `device: cpu`, the gpu tier is
-// RAM, and host<->device copies are memcpy (recorded in the header only: the
-// cost model never reads them for a CPU device). Each rate is the achieved
+// CPU backend `strata generate` computes with by default: the profile has
+// `device: cpu`, the gpu tier is RAM, and host<->device copies are memcpy
+// (recorded in the header only: the cost model never reads them for a CPU
+// device). It does not measure a GPU (`--device cuda`): a GPU machine's
+// profile is written by hand (policies/hardware/t4-flexgen.yaml). Each rate is the achieved
 // rate of a representative shape (FLOPs counted as the cost model counts
 // them), so the cost model reproduces that shape's time; the RAM read rate
 // is the roofline of shapes that read more bytes per FLOP.
@@ -268,7 +269,10 @@ int run_profile(const ProfileArgs& a) {
   const DType other = compute == DType::kBF16 ? DType::kF32 : DType::kBF16;
   const Plan plan = make_plan(a.quick, disk_bytes, compute, kv);
 
-  // The compute backend: the CPU (this build has no CUDA backend).
+  // The compute backend: the CPU. (A GPU machine's profile — links to and
+  // from the GPU, its GEMM and attention rates — is written by hand, as
+  // policies/hardware/t4-flexgen.yaml is; this command measures the CPU
+  // device.)
   CpuBackend backend(a.threads);
   const uint64_t ram = total_ram_bytes();
   spdlog::info("profile: {}, {}, RAM {}; compute device: the CPU ({} compute, {} KV)",
@@ -402,10 +406,10 @@ int run_profile(const ProfileArgs& a) {
   h += fmt::format("#   date:    {}\n", date);
   h += fmt::format("#   strata:  0.1.0, commit {}{}\n", build_commit(),
                    a.quick ? "; --quick (fewer repeats, a smaller disk file)" : "");
-  h += "#   The compute device is the CPU (this build has no CUDA backend): the gpu\n"
-       "#   tier is RAM, data in RAM is computed on in place, disk is the tier that\n"
-       "#   streams. Host<->device copies are memcpy through the CPU backend; they are\n"
-       "#   not written below (a CPU device never copies to itself):\n";
+  h += "#   The compute device is the CPU (`strata profile` measures the CPU device):\n"
+       "#   the gpu tier is RAM, data in RAM is computed on in place, disk is the tier\n"
+       "#   that streams. Host<->device copies are memcpy through the CPU backend; they\n"
+       "#   are not written below (a CPU device never copies to itself):\n";
   h += fmt::format("#     host->device {}\n", rate_with_range(copies.to_device, copies.bytes));
   h += fmt::format("#     device->host {}\n", rate_with_range(copies.to_host, copies.bytes));
   h += fmt::format("#     ({} buffer)\n", format_bytes(static_cast<double>(copies.bytes)));

@@ -122,4 +122,11 @@ inline double micro_batch_bound(const ModelConfig& c, double max_abs_logit) {
   return (4.5 * 2 * u * std::sqrt(k_max / 2) * std::sqrt(stages) + u) * max_abs_logit;
 }
 
+// The test name of a fixture parameter ("llama-gguf" -> "llama_gguf").
+inline std::string fixture_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  for (char& c : n) c = c == '-' ? '_' : c;
+  return n;
+}
+
 }  // namespace strata::fixture_runs

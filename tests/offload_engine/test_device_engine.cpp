@@ -197,11 +197,7 @@ TEST_P(DeviceGrid, EveryPlacementGivesTheBitsOfTheCpuAllInRamRun) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeviceGrid,
                          ::testing::Values("opt", "llama", "qwen2", "llama-gguf"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) c = c == '-' ? '_' : c;
-                           return n;
-                         });
+                         fixture_param_name);
 
 TEST(DeviceEngine, ScoringAndBf16ComputeEqualTheCpuDevice) {
   const Fixture f = load("qwen2");

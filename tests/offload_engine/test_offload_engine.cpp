@@ -147,11 +147,7 @@ TEST_P(OffloadGrid, EveryPlacementGivesTheTokensAndLogitsOfTheAllInRamRun) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OffloadGrid,
                          ::testing::Values("opt", "llama", "qwen2", "llama-gguf"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) c = c == '-' ? '_' : c;
-                           return n;
-                         });
+                         fixture_param_name);
 
 // bf16 compute with f16 KV: the placement still changes nothing.
 TEST(Offload, Bf16ComputeIsBitIdenticalToo) {

@@ -49,6 +49,14 @@ EngineOptions cuda_options(const Fixture& f, int64_t g, int64_t k, const fs::pat
   return o;
 }
 
+// The same run on the CPU device, everything in RAM.
+EngineOptions on_the_cpu(EngineOptions o) {
+  o.device = "cpu";
+  o.cpu_attention = false;
+  place_everything_on_device(o);
+  return o;
+}
+
 // Every step's logits of `got` within the f32 bound of `ref`'s, tokens equal
 // up to a divergence where ref's two competing logits are within twice it.
 void expect_within_f32_bound(const GenRun& ref, const GenRun& got, int64_t V,
@@ -80,10 +88,7 @@ TEST_P(CudaEngine, FixtureWithinTheF32BoundOfTheCpuRun) {
   STRATA_REQUIRE_GPU();
   const Fixture f = load(GetParam());
   TempDir dir("cuda-engine");
-  EngineOptions cpu = cuda_options(f, 2, 3, dir.path);
-  cpu.device = "cpu";
-  place_everything_on_device(cpu);
-  auto ref_engine = make_engine(*f.model, cpu);
+  auto ref_engine = make_engine(*f.model, on_the_cpu(cuda_options(f, 2, 3, dir.path)));
   auto gpu_engine = make_engine(*f.model, cuda_options(f, 2, 3, dir.path));
   const GenRun ref = generate(*ref_engine, f.prompts), got = generate(*gpu_engine, f.prompts);
   expect_within_f32_bound(ref, got, f.model->config().n_vocab, f.name);
@@ -95,14 +100,11 @@ TEST_P(CudaEngine, CpuAttentionWithinTheF32BoundOfTheCpuRun) {
   STRATA_REQUIRE_GPU();
   const Fixture f = load(GetParam());
   TempDir dir("cuda-cpu-attn");
-  EngineOptions cpu = cuda_options(f, 2, 3, dir.path);
-  cpu.device = "cpu";
-  place_everything_on_device(cpu);
   EngineOptions o = cuda_options(f, 2, 3, dir.path);
   o.kv_gpu = 0;
   o.kv_cpu = 0.5;  // the rest on disk
   o.cpu_attention = true;
-  auto ref_engine = make_engine(*f.model, cpu);
+  auto ref_engine = make_engine(*f.model, on_the_cpu(cuda_options(f, 2, 3, dir.path)));
   auto gpu_engine = make_engine(*f.model, o);
   const GenRun ref = generate(*ref_engine, f.prompts), got = generate(*gpu_engine, f.prompts);
   expect_within_f32_bound(ref, got, f.model->config().n_vocab, f.name + " cpu attention");
@@ -138,11 +140,7 @@ TEST_P(CudaEngine, StreamedPlacementGivesTheBitsOfTheAllOnGpuRun) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEngine,
                          ::testing::Values("opt", "llama", "qwen2", "llama-gguf"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) c = c == '-' ? '_' : c;
-                           return n;
-                         });
+                         fixture_param_name);
 
 TEST(CudaEngineSmolLM2, GreedyLastLogitsAndPerplexityMatchTransformers) {
   STRATA_REQUIRE_GPU();
