@@ -1,12 +1,15 @@
 // Weight views per column and the disk reads behind them (weight_store.h).
 #include "offload/weight_store.h"
 
+#include <chrono>
 #include <cstring>
 #include <string_view>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "core/units.h"
 #include "model/model.h"
 #include "offload/aligned_buffer.h"
 #include "offload/pack_weights.h"
@@ -126,6 +129,10 @@ void WeightStore::place_on_device(const Model& model, Backend& backend, TierPool
   constexpr uint64_t kAlign = 256;
   const std::vector<PackLayoutUnit> layout = pack_layout(model.desc());
   device_bytes_ = base_->vector_bytes();
+  const auto t0 = std::chrono::steady_clock::now();
+  spdlog::info("weights: copying {} to {} and {} into RAM (the cpu share)...",
+               format_bytes(static_cast<double>(placement_.bytes(Tier::kGpu))), backend.name(),
+               format_bytes(static_cast<double>(placement_.bytes(Tier::kCpu))));
   for (const UnitPlacement& u : placement_.units) {
     const PackLayoutUnit* lu = nullptr;
     for (const PackLayoutUnit& l : layout) {
@@ -183,6 +190,9 @@ void WeightStore::place_on_device(const Model& model, Backend& backend, TierPool
       }
       cpu_units_.push_back(std::move(blk));
     }
+    spdlog::debug("weights: {} placed ({} on the device, {} in RAM)", u.name,
+                  format_bytes(static_cast<double>(gpu_total)),
+                  format_bytes(static_cast<double>(cpu_total)));
     const uint64_t disk_rel = align_up(cpu_total, kAlign);
     for (int64_t col : columns_of(u)) {
       Column& cc = columns_[static_cast<size_t>(col)];
@@ -193,6 +203,10 @@ void WeightStore::place_on_device(const Model& model, Backend& backend, TierPool
       device_staging_bytes_ = std::max<size_t>(device_staging_bytes_, need);
     }
   }
+  backend.synchronize();
+  spdlog::info("weights: placed in {:.1f} s; device staging {} x 2",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               format_bytes(static_cast<double>(device_staging_bytes_)));
 }
 
 WeightStore::~WeightStore() = default;
