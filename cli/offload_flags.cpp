@@ -211,7 +211,8 @@ void OffloadFlags::add(CLI::App& sub, bool with_batch_flags) {
   sub.add_option("--hardware", hardware,
                  "Hardware profile for --policy auto and the predicted throughput: a preset or "
                  "YAML (default: this machine, measured once and cached)");
-  sub.add_option("--gpu-mem", gpu_mem, "GPU memory budget, e.g. 15G (on the CPU device: added to RAM)");
+  sub.add_option("--gpu-mem", gpu_mem, "GPU memory budget, e.g. 15G (default on a GPU: its free memory less 5% of the "
+                 "total, at least 512M; on the CPU device: added to RAM)");
   sub.add_option("--cpu-mem", cpu_mem, "RAM budget, e.g. 200G (default: the RAM available)");
   sub.add_option("--disk-mem", disk_mem,
                  "Disk budget in --offload-dir, e.g. 1.5T (default: its free space)");
