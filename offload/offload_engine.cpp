@@ -181,9 +181,18 @@ class OffloadEngine final : public Engine {
   std::string ram_flags() const;
   // The backend whose memory holds the KV pages and runs attention.
   Backend& kv_backend() { return host_be_ ? *host_be_ : backend_; }
-  // KV append and attention of layer j for group `gr` on the CPU
-  // (cpu_attention_): q, k, v rows down from the device, output rows up.
-  Forward::AttentionFn cpu_attention(int64_t j, const MicroBatchHost& gr);
+  // CPU attention (cpu_attention_), pipelined over the micro-batches of a
+  // layer: start() queues the layer's first half (q, k, v) of micro-batch
+  // k on the device, their copy down, and the KV append and attention on
+  // the attention queue's thread; then finishes the previous micro-batch
+  // (waits for its attention, copies the rows up, queues the layer's second
+  // half). So while the CPU attends micro-batch k the device works on k-1's
+  // second half and k+1's first. flush() finishes the one still pending.
+  void start_cpu_attention(const ScheduleStep& ss, const LayerWeights& w);
+  void finish_cpu_attention(int64_t k);
+  void flush_cpu_attention();
+  // Waits until the CPU attention of (layer, k) has written its KV.
+  void wait_cpu_attention(int64_t layer, int64_t k);
   void check_ids(std::span<const int32_t> ids, const char* what, size_t index) const;
   void check_window(int64_t positions, const char* what, size_t index) const;
   int64_t pos_offset() const { return config().learned_pos ? config().pos_offset : -1; }
@@ -212,7 +221,24 @@ class OffloadEngine final : public Engine {
   bool cpu_attention_ = false;
   std::unique_ptr<Backend> host_be_;
   bool kv_host_ = true;  // KV pages and staging records are host memory
-  std::vector<float> host_qkv_, host_attn_;
+  // The CPU attention of one micro-batch in one layer.
+  struct AttnJob {
+    int64_t layer = -1;
+    int32_t step = -1;
+    uint64_t n = 0;         // its number on attn_q_
+    bool finished = true;   // its second half is queued
+    LayerWeights w;         // the views the second half reads
+    DeviceBuffer qkv_dev;   // [tokens, qkv_dim]
+    DeviceBuffer attn_dev;  // [tokens, q_dim]
+    PoolBlock qkv;          // [tokens, qkv_dim] in RAM (pinned on a GPU: the copy down is DMA)
+    std::vector<float> attn;  // [tokens, q_dim]
+    size_t qkv_bytes = 0;   // of this job
+    double down_s = 0;  // time of the copy down (written by the job)
+  };
+  std::vector<AttnJob> attn_jobs_;        // [n_mb]
+  std::unique_ptr<TransferQueue> attn_q_;  // "cpu attention": one thread, jobs in order
+  std::vector<uint64_t> attn_job_of_;      // [n_layer * n_mb] last job of each (layer, k)
+  int64_t attn_pending_ = -1;              // micro-batch whose second half is not queued
   PlacementFractions frac_;  // folded for the device
   std::unique_ptr<TierPool> ram_, disk_;
   std::unique_ptr<TierPool> gpu_;  // device memory (accounting only); null when unified_
@@ -294,7 +320,12 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
           "memory and on disk",
           100 * frac_.kv_cpu, backend_.name());
     }
-    if (cpu_attention_) host_be_ = std::make_unique<CpuBackend>(opt_.threads);
+    if (cpu_attention_) {
+      host_be_ = std::make_unique<CpuBackend>(opt_.threads);
+      attn_q_ = std::make_unique<TransferQueue>("cpu attention", opt_.trace.get());
+      attn_jobs_.resize(static_cast<size_t>(opt_.num_gpu_batches));
+      attn_job_of_.assign(static_cast<size_t>(c.n_layer * opt_.num_gpu_batches), 0);
+    }
   }
   kv_host_ = unified || cpu_attention_;
 
@@ -476,9 +507,11 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
 OffloadEngine::~OffloadEngine() {
   try {
     if (exec_) exec_->drain();
+    if (attn_q_) attn_q_->drain();
   } catch (const std::exception& e) {
     spdlog::debug("engine: a transfer failed while shutting down: {}", e.what());
   }
+  attn_jobs_.clear();  // their RAM is the cpu tier's, which goes first
 }
 
 std::string OffloadEngine::ram_flags() const {
@@ -544,9 +577,14 @@ void OffloadEngine::check_block(const BlockMemory& m, int64_t n_seqs, int64_t lo
   if (!unified_) {
     // The KV cache and its staging: in device memory, relayed through RAM;
     // or in RAM (CPU attention), with the layer's q/k/v and output rows.
-    const uint64_t kv_dev = kv_host_ ? 0 : m.kv_pages + m.kv_staging;
-    const uint64_t kv_ram =
-        kv_host_ ? m.kv_pages + m.kv_staging + 2 * m.scratch : m.kv_staging;
+    // CPU attention: each micro-batch's q/k/v and attention rows, on the
+    // device and in RAM.
+    const uint64_t attn_rows =
+        cpu_attention_ ? m.hidden / static_cast<uint64_t>(config().n_embd) *
+                             static_cast<uint64_t>(fwd_.qkv_dim() + fwd_.q_dim())
+                       : 0;
+    const uint64_t kv_dev = kv_host_ ? attn_rows : m.kv_pages + m.kv_staging;
+    const uint64_t kv_ram = kv_host_ ? m.kv_pages + m.kv_staging + attn_rows : m.kv_staging;
     const uint64_t dev_need = fixed_device() + m.device() - m.kv_pages - m.kv_staging + kv_dev;
     if (dev_need > gpu_->budget()) {
       fail(
@@ -625,9 +663,33 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
       for (PoolBlock& b : kv_mem_) b = ram_->allocate(kv_stage, "KV staging buffer");
     }
   } else if (kv_host_) {
-    // CPU attention: the KV cache in RAM, activations on the device.
-    res_block_ = gpu_->reserve(block - kv_pages, "the block's activations and working memory");
-    res_block_host_ = ram_->reserve(kv_pages, "the block's KV cache (CPU attention)");
+    // CPU attention: the KV cache in RAM, activations on the device, and
+    // each micro-batch's q/k/v and attention rows on both.
+    uint64_t rows = 0, host_attn = 0;
+    const int64_t QKV = fwd_.qkv_dim(), Q = fwd_.q_dim();
+    for (size_t k = 0; k < mbs_.size(); ++k) {
+      AttnJob& job = attn_jobs_[k];
+      const size_t qkv_b = static_cast<size_t>(m.hidden_tokens[k] * QKV) * sizeof(float);
+      const size_t attn_b = static_cast<size_t>(m.hidden_tokens[k] * Q) * sizeof(float);
+      if (job.qkv_dev.size() != qkv_b) {
+        job.qkv_dev = DeviceBuffer();
+        if (qkv_b > 0) job.qkv_dev = backend_.alloc(qkv_b);
+      }
+      if (job.attn_dev.size() != attn_b) {
+        job.attn_dev = DeviceBuffer();
+        if (attn_b > 0) job.attn_dev = backend_.alloc(attn_b);
+      }
+      if (job.qkv.size() != qkv_b) {
+        job.qkv.reset();
+        if (qkv_b > 0) job.qkv = ram_->allocate(qkv_b, "q, k, v rows for CPU attention");
+      }
+      rows += qkv_b + attn_b;
+      host_attn += attn_b;
+    }
+    res_block_ = gpu_->reserve(block - kv_pages + rows,
+                               "the block's activations, working memory and attention rows");
+    res_block_host_ = ram_->reserve(kv_pages + host_attn,
+                                    "the block's KV cache and attention rows (CPU attention)");
     if (kv_stage > 0) {
       for (PoolBlock& b : kv_mem_) b = ram_->allocate(kv_stage, "KV staging buffer");
     }
@@ -664,42 +726,98 @@ std::byte* OffloadEngine::kv_record(const KvSlot& s, size_t r) {
   return base + r * kv_->record_bytes();
 }
 
-Forward::AttentionFn OffloadEngine::cpu_attention(int64_t j, const MicroBatchHost& gr) {
-  return [this, j, &gr](const float* qkv, int64_t qkv_stride, float* out, int64_t out_stride,
-                        float scale) {
-    const ModelConfig& c = config();
-    const int64_t n = gr.n_tokens();
-    const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_kv_head * c.head_dim;
-    STRATA_ASSERT(qkv_stride == q_dim + 2 * kv_dim && out_stride >= q_dim);
-    host_qkv_.resize(static_cast<size_t>(n * qkv_stride));
-    host_attn_.resize(static_cast<size_t>(n * q_dim));
-    // Waits for the device's q/k/v of this layer. The copies count on the
-    // links (their time includes that wait).
-    auto t0 = Clock::now();
-    backend_.copy_to_host(host_qkv_.data(), qkv, host_qkv_.size() * sizeof(float));
-    EngineStats::Link& down = stats_.links["gpu->cpu"];
-    down.bytes += host_qkv_.size() * sizeof(float);
-    down.busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    DeviceBuffer none;
-    const MicroBatch hmb = upload_micro_batch(*host_be_, gr, none);  // the host arrays
-    const KvLayer kv = kv_->pool().layer(j);
-    float* q = host_qkv_.data();
-    host_be_->kv_append(kv, q + q_dim, qkv_stride, q + q_dim + kv_dim, qkv_stride, hmb.slots, n,
-                        hmb.touched, hmb.n_filled, hmb.n_touched);
-    host_be_->attention(host_attn_.data(), q_dim, q, qkv_stride, c.n_head, kv, hmb.seqs, scale);
-    t0 = Clock::now();
-    if (out_stride == q_dim) {
-      backend_.copy_to_device(out, host_attn_.data(), host_attn_.size() * sizeof(float));
-    } else {
-      for (int64_t t = 0; t < n; ++t) {
-        backend_.copy_to_device(out + t * out_stride, host_attn_.data() + t * q_dim,
-                                static_cast<size_t>(q_dim) * sizeof(float));
-      }
-    }
-    EngineStats::Link& up = stats_.links["cpu->gpu"];
-    up.bytes += host_attn_.size() * sizeof(float);
-    up.busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
-  };
+// ---- CPU attention ----
+
+void OffloadEngine::start_cpu_attention(const ScheduleStep& ss, const LayerWeights& w) {
+  const int64_t k = ss.micro_batch, j = ss.layer;
+  MicroState& m = mbs_[static_cast<size_t>(k)];
+  AttnJob& job = attn_jobs_[static_cast<size_t>(k)];
+  STRATA_ASSERT(job.finished);
+  const int64_t E = config().n_embd, QKV = fwd_.qkv_dim(), Q = fwd_.q_dim();
+  const Group& last = m.groups[static_cast<size_t>(m.n_groups - 1)];
+  const int64_t n_tokens = last.token0 + last.host.n_tokens();
+  for (int64_t gi = 0; gi < m.n_groups; ++gi) {
+    const Group& gr = m.groups[static_cast<size_t>(gi)];
+    fwd_.layer_qkv(w, gr.dev, m.hidden.as<float>() + gr.token0 * E,
+                   job.qkv_dev.as<float>() + gr.token0 * QKV);
+  }
+  const size_t bytes = static_cast<size_t>(n_tokens * QKV) * sizeof(float);
+  STRATA_ASSERT(bytes <= job.qkv.size());
+  job.qkv_bytes = bytes;
+  job.attn.resize(static_cast<size_t>(n_tokens * Q));
+  // The copy down, ordered after the first half; a device without copy
+  // queues copies (and waits) here.
+  std::function<void()> down = [] {};
+  if (dev_.copies) {
+    down = dev_.copies->to_host(job.qkv.data(), job.qkv_dev.data(), bytes);
+  } else {
+    backend_.copy_to_host(job.qkv.data(), job.qkv_dev.data(), bytes);
+  }
+  float* qkv_host = reinterpret_cast<float*>(job.qkv.data());
+  job.layer = j;
+  job.step = ss.step;
+  job.w = w;
+  job.finished = false;
+  job.down_s = 0;
+  const float scale = fwd_.attention_scale();
+  const int64_t n_head = config().n_head, n_groups = m.n_groups;
+  job.n = attn_q_->push(
+      [this, k, j, down, scale, n_head, n_groups, QKV, Q, qkv_host] {
+        AttnJob& jb = attn_jobs_[static_cast<size_t>(k)];
+        const auto t0 = Clock::now();
+        down();
+        jb.down_s = std::chrono::duration<double>(Clock::now() - t0).count();
+        const int64_t kvd = (QKV - Q) / 2;
+        const KvLayer kv = kv_->pool().layer(j);
+        const MicroState& ms = mbs_[static_cast<size_t>(k)];
+        for (int64_t gi = 0; gi < n_groups; ++gi) {
+          const Group& gr = ms.groups[static_cast<size_t>(gi)];
+          DeviceBuffer none;
+          const MicroBatch hmb = upload_micro_batch(*host_be_, gr.host, none);  // host arrays
+          float* q = qkv_host + gr.token0 * QKV;
+          host_be_->kv_append(kv, q + Q, QKV, q + Q + kvd, QKV, hmb.slots, hmb.n_tokens,
+                              hmb.touched, hmb.n_filled, hmb.n_touched);
+          host_be_->attention(jb.attn.data() + gr.token0 * Q, Q, q, QKV, n_head, kv, hmb.seqs,
+                              scale);
+        }
+      },
+      "", 0, {fmt::format("attention layer {} k={}", j, k), "attention", ss.step});
+  attn_job_of_[static_cast<size_t>(j * opt_.num_gpu_batches + k)] = job.n;
+  if (attn_pending_ >= 0) finish_cpu_attention(attn_pending_);
+  attn_pending_ = k;
+}
+
+void OffloadEngine::finish_cpu_attention(int64_t k) {
+  AttnJob& job = attn_jobs_[static_cast<size_t>(k)];
+  MicroState& m = mbs_[static_cast<size_t>(k)];
+  attn_q_->wait(job.n);
+  const int64_t E = config().n_embd, Q = fwd_.q_dim();
+  EngineStats::Link& down = stats_.links["gpu->cpu"];
+  down.bytes += job.qkv_bytes;
+  down.busy_s += job.down_s;
+  const auto t0 = Clock::now();
+  backend_.copy_to_device(job.attn_dev.data(), job.attn.data(), job.attn.size() * sizeof(float));
+  EngineStats::Link& up = stats_.links["cpu->gpu"];
+  up.bytes += job.attn.size() * sizeof(float);
+  up.busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  for (int64_t gi = 0; gi < m.n_groups; ++gi) {
+    const Group& gr = m.groups[static_cast<size_t>(gi)];
+    fwd_.layer_out(job.w, gr.dev, job.attn_dev.as<float>() + gr.token0 * Q,
+                   m.hidden.as<float>() + gr.token0 * E);
+  }
+  job.finished = true;
+}
+
+void OffloadEngine::flush_cpu_attention() {
+  if (attn_pending_ < 0) return;
+  const int64_t k = attn_pending_;
+  attn_pending_ = -1;
+  finish_cpu_attention(k);
+}
+
+void OffloadEngine::wait_cpu_attention(int64_t layer, int64_t k) {
+  if (!cpu_attention_ || layer < 0) return;
+  attn_q_->wait(attn_job_of_[static_cast<size_t>(layer * opt_.num_gpu_batches + k)]);
 }
 
 // ---- weights ----
@@ -763,8 +881,10 @@ OffloadEngine::KvSlot& OffloadEngine::kv_slot_for(int64_t layer, int64_t k, int3
   const int64_t q = (static_cast<int64_t>(step) * config().n_layer + layer) * opt_.num_gpu_batches + k;
   KvSlot& s = kv_slots_[static_cast<size_t>(q % 2)];
   if (s.layer != layer || s.micro_batch != k || s.step != step) {
-    // Taken over from an earlier compute: what it stored from it must be out.
+    // Taken over from an earlier compute: what it stored from it must be
+    // out, and the CPU attention that read it done.
     if (s.last_store > 0) exec_->stores().wait(s.last_store);
+    wait_cpu_attention(s.layer, s.micro_batch);
     s.layer = layer;
     s.micro_batch = k;
     s.step = step;
@@ -817,6 +937,7 @@ void OffloadEngine::stage_kv(int64_t layer, int64_t k, int32_t step) {
 
 void OffloadEngine::store_kv(int64_t layer, int64_t k, int32_t step) {
   const KvStage& st = mbs_[static_cast<size_t>(k)].stage;
+  wait_cpu_attention(layer, k);  // its KV append wrote what is stored
   const uint64_t rec = kv_->record_bytes(), pb = kv_->geometry().page_bytes();
   const TransferLabel label{fmt::format("kv layer {} k={}", layer, k), "kv", step};
   uint64_t last = 0;
@@ -916,6 +1037,15 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
       } catch (const std::exception& ex) {
         spdlog::debug("engine: a transfer failed while ending a block: {}", ex.what());
       }
+      if (e.attn_q_) {
+        try {
+          e.attn_q_->drain();
+        } catch (const std::exception& ex) {
+          spdlog::debug("engine: a CPU attention failed while ending a block: {}", ex.what());
+        }
+        e.attn_pending_ = -1;
+        for (AttnJob& j : e.attn_jobs_) j.finished = true;
+      }
       for (SeqState& s : st) {
         if (s.kv >= 0) e.kv_->remove_sequence(s.kv);
         s.kv = -1;
@@ -1003,12 +1133,24 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
     }
     return true;
   };
-  hooks.store = [&](const ScheduleStep&, const Transfer& t) {
+  // A CPU attention still pending belongs to the layer column being
+  // computed; before anything of a step of another column happens (its
+  // transfers may reuse that layer's weight buffer), it is finished.
+  auto leave_layer = [&](const ScheduleStep& at) {
+    if (attn_pending_ >= 0 &&
+        (at.kind != StageKind::kLayer ||
+         attn_jobs_[static_cast<size_t>(attn_pending_)].layer != at.layer)) {
+      flush_cpu_attention();
+    }
+  };
+  hooks.store = [&](const ScheduleStep& at, const Transfer& t) {
+    leave_layer(at);
     if (t.what == Transfer::What::kKv && !mbs_[static_cast<size_t>(t.micro_batch)].members.empty()) {
       store_kv(t.column - 1, t.micro_batch, t.step);
     }
   };
-  hooks.load = [&](const ScheduleStep&, const Transfer& t) {
+  hooks.load = [&](const ScheduleStep& at, const Transfer& t) {
+    leave_layer(at);
     if (t.what == Transfer::What::kWeights) {
       load_weights(t.column, t.step);
     } else if (t.what == Transfer::What::kKv &&
@@ -1020,6 +1162,7 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
   GlobalWeights step_global;
   LayerWeights step_layer;
   hooks.prepare = [&](const ScheduleStep& ss) {
+    leave_layer(ss);
     if (mbs_[static_cast<size_t>(ss.micro_batch)].members.empty()) return;
     switch (ss.kind) {
       case StageKind::kEmbed:
@@ -1035,6 +1178,7 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
     }
   };
   hooks.compute = [&](const ScheduleStep& ss) {
+    leave_layer(ss);
     MicroState& m = mbs_[static_cast<size_t>(ss.micro_batch)];
     if (!m.members.empty()) {
       switch (ss.kind) {
@@ -1049,11 +1193,14 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
         }
         case StageKind::kLayer: {
           const LayerWeights& w = step_layer;
+          if (cpu_attention_) {
+            start_cpu_attention(ss, w);
+            break;
+          }
           const KvLayer kv = pool.layer(ss.layer);
           for (int64_t gi = 0; gi < m.n_groups; ++gi) {
             Group& gr = m.groups[static_cast<size_t>(gi)];
-            fwd_.layer(ss.layer, w, kv, gr.dev, m.hidden.as<float>() + gr.token0 * E,
-                       cpu_attention_ ? cpu_attention(ss.layer, gr.host) : Forward::AttentionFn{});
+            fwd_.layer(ss.layer, w, kv, gr.dev, m.hidden.as<float>() + gr.token0 * E);
           }
           break;
         }
@@ -1070,6 +1217,7 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
     }
   };
   hooks.end_step = [&](int32_t) {
+    flush_cpu_attention();
     // End of the step: hand the logits over, then retire finished sequences.
     const double dt = std::chrono::duration<double>(Clock::now() - t_step).count();
     (step == 0 ? stats_.prefill_s : stats_.decode_s) += dt;
@@ -1138,6 +1286,7 @@ std::vector<float> OffloadEngine::score(std::span<const int32_t> tokens) {
 EngineStats OffloadEngine::stats() const {
   EngineStats s = stats_;
   exec_->add_stats(s);
+  if (attn_q_ && attn_q_->last() > 0) s.queue_busy_s["cpu attention"] += attn_q_->busy_s();
   s.peak_bytes["cpu"] = ram_->peak();
   if (gpu_) s.peak_bytes["gpu"] = gpu_->peak();
   if (disk_->peak() > 0) s.peak_bytes["disk"] = disk_->peak();

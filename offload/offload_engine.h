@@ -15,8 +15,13 @@
 // and writes, activations and the forward's scratch are device memory, and
 // the logits are copied back at the end of each step. With CPU attention
 // the KV cache (pool, staging records) is host memory of a CpuBackend, and
-// each layer's KV append and attention run there between the device's
-// projections (Forward::AttentionFn), in turn with the device's work.
+// each layer's KV append and attention run there, on a queue of its own,
+// between the two halves of the layer on the device (Forward::layer_qkv,
+// layer_out), pipelined over the micro-batches of a layer column: the
+// second half of micro-batch k is queued after the first half of k+1, and
+// anything of another column (its transfers reuse buffers) waits for the
+// column's last one. Loads into, and stores from, KV staging wait for the
+// CPU attention that reads or writes it.
 // Activations in RAM, and KV pages in RAM without CPU attention, are
 // refused there with a message.
 //

@@ -211,16 +211,25 @@ void Forward::embed(const GlobalWeights& w, const MicroBatch& mb, float* hidden)
 }
 
 void Forward::layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const MicroBatch& mb,
-                    float* hidden, const AttentionFn& attend) {
+                    float* hidden) {
   (void)j;
   reserve(mb.n_tokens);
   const int64_t n = mb.n_tokens;
-  const int64_t E = c_.n_embd, F = c_.n_ff;
-  float* q = qkv_;
-  float* k = qkv_ + q_dim_;
-  float* v = qkv_ + q_dim_ + kv_dim_;
+  layer_qkv(w, mb, hidden, qkv_);
+  be_.kv_append(kv, qkv_ + q_dim_, qkv_dim_, qkv_ + q_dim_ + kv_dim_, qkv_dim_, mb.slots, n,
+                mb.touched, mb.n_filled, mb.n_touched);
+  be_.attention(attn_, q_dim_, qkv_, qkv_dim_, c_.n_head, kv, mb.seqs, attn_scale_);
+  layer_out(w, mb, attn_, hidden);
+}
 
-  // Attention block.
+void Forward::layer_qkv(const LayerWeights& w, const MicroBatch& mb, const float* hidden,
+                        float* qkv) {
+  reserve(mb.n_tokens);
+  const int64_t n = mb.n_tokens;
+  const int64_t E = c_.n_embd;
+  float* q = qkv;
+  float* k = qkv + q_dim_;
+  float* v = qkv + q_dim_ + kv_dim_;
   norm(normed_, hidden, w.attn_norm, w.attn_norm_b, n);
   be_.matmul(q, qkv_dim_, normed_, E, w.q, w.q_bias, n, compute_);
   be_.matmul(k, qkv_dim_, normed_, E, w.k, w.k_bias, n, compute_);
@@ -229,14 +238,14 @@ void Forward::layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const M
     be_.rope(q, qkv_dim_, c_.n_head, k, qkv_dim_, c_.n_kv_head, c_.head_dim, mb.positions, n,
              inv_freq_.as<float>(), rot_dim_, pairs_);
   }
-  if (attend) {
-    attend(qkv_, qkv_dim_, attn_, q_dim_, attn_scale_);
-  } else {
-    be_.kv_append(kv, k, qkv_dim_, v, qkv_dim_, mb.slots, n, mb.touched, mb.n_filled,
-                  mb.n_touched);
-    be_.attention(attn_, q_dim_, q, qkv_dim_, c_.n_head, kv, mb.seqs, attn_scale_);
-  }
-  be_.matmul(proj_, E, attn_, q_dim_, w.o, w.o_bias, n, compute_);
+}
+
+void Forward::layer_out(const LayerWeights& w, const MicroBatch& mb, const float* attn,
+                        float* hidden) {
+  reserve(mb.n_tokens);
+  const int64_t n = mb.n_tokens;
+  const int64_t E = c_.n_embd, F = c_.n_ff;
+  be_.matmul(proj_, E, attn, q_dim_, w.o, w.o_bias, n, compute_);
   be_.add(hidden, E, hidden, E, proj_, E, n, E);
 
   // MLP block.

@@ -19,7 +19,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <vector>
 
@@ -90,22 +89,22 @@ class Forward {
   const ModelConfig& config() const { return c_; }
   DType compute() const { return compute_; }
 
-  // Where a layer's KV append and attention run when not on the backend
-  // (attention on the CPU over a KV cache in RAM beside a GPU): given the
-  // layer's rows [n_tokens, q_dim + 2 kv_dim] of q, k, v after RoPE (device,
-  // row stride qkv_stride), it appends k and v to its cache and writes the
-  // attention output rows [n_tokens, q_dim] to `out` (device, row stride
-  // out_stride), with softmax scale `scale`.
-  using AttentionFn = std::function<void(const float* qkv, int64_t qkv_stride, float* out,
-                                         int64_t out_stride, float scale)>;
-
   // hidden: [mb.n_tokens, n_embd]
   void embed(const GlobalWeights& w, const MicroBatch& mb, float* hidden);
-  // Layer j over the micro-batch: appends its k/v to kv, updates hidden in
-  // place. With `attend`, that runs the KV append and attention instead (kv
-  // is then not used).
+  // Layer j over the micro-batch: appends its k/v to kv, updates hidden in place.
   void layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const MicroBatch& mb,
-             float* hidden, const AttentionFn& attend = {});
+             float* hidden);
+  // The same layer in two halves around its KV append and attention, for a
+  // caller that runs those elsewhere (attention on the CPU beside a GPU):
+  // layer_qkv writes the rows of q, k, v after RoPE to qkv ([n_tokens,
+  // qkv_dim()], device); layer_out takes the attention rows ([n_tokens,
+  // q_dim()], device) and finishes the layer on hidden. The scale the
+  // attention must use is attention_scale().
+  void layer_qkv(const LayerWeights& w, const MicroBatch& mb, const float* hidden, float* qkv);
+  void layer_out(const LayerWeights& w, const MicroBatch& mb, const float* attn, float* hidden);
+  int64_t q_dim() const { return q_dim_; }
+  int64_t qkv_dim() const { return qkv_dim_; }
+  float attention_scale() const { return attn_scale_; }
   // logits: [mb.n_out, n_vocab], row r for token row mb.out_rows[r].
   void head(const GlobalWeights& w, const MicroBatch& mb, const float* hidden, float* logits);
 

@@ -235,13 +235,14 @@ TEST(DeviceEngine, RequantizedWeightsAndF16KvRunFromDeviceMemory) {
 }
 
 // --cpu-attention: the KV cache in RAM (and on disk), each layer's KV append
-// and attention on the CPU between the device's projections; the CPU
+// and attention on the CPU (on the attention queue's thread, pipelined over
+// the micro-batches of a layer) between the device's projections; the CPU
 // device's bits again.
 TEST(DeviceEngine, CpuAttentionOverRamAndDiskKvGivesTheCpuBits) {
   for (const std::string name : {"opt", "llama"}) {
     const Fixture f = load(name);
     TempDir dir("device-cpu-attn");
-    for (const auto& [g, k] : {std::pair<int64_t, int64_t>{1, 1}, {2, 3}}) {
+    for (const auto& [g, k] : {std::pair<int64_t, int64_t>{1, 1}, {2, 3}, {1, 4}}) {
       auto ref = make_engine(*f.model, options(f, g, k, dir.path));
       const GenRun a = generate(*ref, f.prompts);
       for (double kv_cpu : {1.0, 0.5}) {
