@@ -21,7 +21,6 @@
 #include "generate/driver.h"
 #include "generate/output_file.h"
 #include "generate/report.h"
-#include "kernels/cpu/cpu_features.h"
 #include "model/model.h"
 #include "offload/device.h"
 #include "offload/engine.h"
@@ -59,10 +58,7 @@ int run(const Options& o) {
   }
   const auto tokenizer = tokenizer_for(*model);
   EngineOptions eo;
-  eo.compute_dtype = choose_compute_dtype(
-      // On a GPU the default is f32 (bf16 GEMMs need sm_80 or later).
-      o.compute_dtype.empty() && o.offload.device != "cpu" ? "f32" : o.compute_dtype,
-      cpu::cpu_features().avx512_bf16);
+  eo.compute_dtype = o.offload.compute_dtype(o.compute_dtype);
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   eo.gpu_batch_size = o.batch > 0 ? o.batch : 1;
   eo.num_gpu_batches = o.num_batches > 0 ? o.num_batches : 1;

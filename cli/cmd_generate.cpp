@@ -23,7 +23,6 @@
 #include "generate/output_file.h"
 #include "generate/prompt_file.h"
 #include "generate/report.h"
-#include "kernels/cpu/cpu_features.h"
 #include "model/model.h"
 #include "offload/device.h"
 #include "offload/engine.h"
@@ -58,10 +57,7 @@ int run(const Options& o) {
       prepare_jobs(prompts, *tokenizer, model->config().n_ctx, gen, o.model);
 
   EngineOptions eo;
-  eo.compute_dtype = choose_compute_dtype(
-      // On a GPU the default is f32 (bf16 GEMMs need sm_80 or later).
-      o.compute_dtype.empty() && o.offload.device != "cpu" ? "f32" : o.compute_dtype,
-      cpu::cpu_features().avx512_bf16);
+  eo.compute_dtype = o.offload.compute_dtype(o.compute_dtype);
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   if (o.batch_size > 0) eo.gpu_batch_size = o.batch_size;
   eo.threads = o.threads;

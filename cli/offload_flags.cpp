@@ -17,6 +17,8 @@
 #include "core/units.h"
 #include "generate/output_file.h"
 #include "model/model.h"
+#include "generate/driver.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cuda/cuda_device.h"
 #include "offload/device.h"
 #include "offload/engine.h"
@@ -187,6 +189,12 @@ std::string describe_device(const std::string& device, int threads) {
                      describe_cpu(threads));
 }
 
+DType OffloadFlags::compute_dtype(const std::string& requested) const {
+  const bool gpu = parse_device_name(device) >= 0;
+  return choose_compute_dtype(requested.empty() && gpu ? "f32" : requested,
+                              cpu::cpu_features().avx512_bf16);
+}
+
 void OffloadFlags::add(CLI::App& sub, bool with_batch_flags) {
   sub.add_option("--device", device,
                  "Compute device: cpu, or cuda / cuda:N (GPU N; weights, KV cache and activations "
@@ -349,15 +357,7 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
     } else {
       source = "flags";
       // Everything where the device computes unless --percent says otherwise.
-      EngineOptions resident;
-      resident.device = device;
-      place_everything_on_device(resident);
-      p.w_gpu = resident.w_gpu;
-      p.kv_gpu = resident.kv_gpu;
-      p.act_gpu = resident.act_gpu;
-      p.w_cpu = resident.w_cpu;
-      p.kv_cpu = resident.kv_cpu;
-      p.act_cpu = resident.act_cpu;
+      if (!fixed) fixed = resident_fractions(device);
     }
     if (fixed) {
       p.w_gpu = (*fixed)[0];

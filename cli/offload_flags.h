@@ -70,6 +70,11 @@ struct OffloadFlags {
   std::string policy, hardware, gpu_mem, cpu_mem, disk_mem, trace_path;
   std::string offload_dir = "strata-offload";
 
+  // The compute dtype for --compute-dtype `requested` on this --device:
+  // the default is bf16 on a CPU with native bf16, else f32, and f32 on a
+  // GPU (bf16 GEMMs need sm_80 or later).
+  DType compute_dtype(const std::string& requested) const;
+
   // `with_batch_flags`: add --gpu-batch-size / --num-gpu-batches (bench has
   // its own --batch / --num-batches and sets gpu_batch_size itself).
   void add(CLI::App& sub, bool with_batch_flags);

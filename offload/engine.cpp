@@ -60,10 +60,19 @@ EngineOptions validated(const EngineOptions& o) {
 
 }  // namespace
 
+std::array<double, 6> resident_fractions(const std::string& device) {
+  const double g = parse_device_name(device) >= 0 ? 1.0 : 0.0;
+  return {g, 1 - g, g, 1 - g, g, 1 - g};
+}
+
 void place_everything_on_device(EngineOptions& o) {
-  const double g = parse_device_name(o.device) >= 0 ? 1.0 : 0.0;
-  o.w_gpu = o.kv_gpu = o.act_gpu = g;
-  o.w_cpu = o.kv_cpu = o.act_cpu = 1.0 - g;
+  const std::array<double, 6> f = resident_fractions(o.device);
+  o.w_gpu = f[0];
+  o.w_cpu = f[1];
+  o.kv_gpu = f[2];
+  o.kv_cpu = f[3];
+  o.act_gpu = f[4];
+  o.act_cpu = f[5];
 }
 
 DType default_kv_dtype(DType compute_dtype) {

@@ -11,7 +11,9 @@
 // running it is the plain zig-zag loop.
 #pragma once
 
+#include <array>
 #include <memory>
+#include <string>
 
 #include "generate/engine.h"
 
@@ -38,8 +40,10 @@ struct ComputeDevice;
 std::unique_ptr<Engine> make_engine(const Model& model, const EngineOptions& options,
                                     ComputeDevice device);
 
-// Sets the placement to "everything where the device computes": the gpu
-// tier on a GPU (options.device "cuda..."), RAM on the CPU.
+// The placement "everything where the device computes" as the six
+// fractions W_GPU W_CPU KV_GPU KV_CPU ACT_GPU ACT_CPU: the gpu tier on a GPU
+// (device "cuda..."), RAM on the CPU; and the same set on `options`.
+std::array<double, 6> resident_fractions(const std::string& device);
 void place_everything_on_device(EngineOptions& options);
 
 // The KV dtype that goes with a compute dtype: f32 for f32 compute; f16 for
