@@ -184,25 +184,26 @@ void SeparateMemoryBackend::need_rows(const float* p, int64_t stride, int64_t n_
   need(p, static_cast<size_t>((n_rows - 1) * stride + d) * sizeof(float), op, arg);
 }
 
-// Called with the range open: reads the page pointer array, and checks the
-// pages `ids` names (the pages the op reads or writes; other entries may be
+// Called with the range open: reads the page pointer arrays, and checks
+// the pages in `ids` (those the op reads or writes; other entries may be
 // stale, as they may on any device).
 void SeparateMemoryBackend::need_kv(const KvLayer& kv, const int32_t* ids, int64_t n_ids,
-                                    int64_t id_div, const char* op) const {
+                                    const char* op) const {
   const size_t n = static_cast<size_t>(kv.n_pages);
   need(kv.k_pages, n * sizeof(void*), op, "kv.k_pages");
   need(kv.v_pages, n * sizeof(void*), op, "kv.v_pages");
   const size_t mm = n * static_cast<size_t>(kv.n_kv_head * kv.head_dim) * sizeof(float);
   need(kv.k_min, mm, op, "kv.k_min");
   need(kv.k_max, mm, op, "kv.k_max");
-  const size_t kb = kv_key_page_bytes(kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim);
-  const size_t vb = kv_value_page_bytes(kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim);
-  for (int64_t i = 0; i < n_ids; ++i) {
-    const int64_t p = ids[i] / id_div;
-    if (p < 0 || p >= kv.n_pages) continue;  // the kernel reports it
-    need(kv.k_pages[p], kb, op, "a K page");
-    need(kv.v_pages[p], vb, op, "a V page");
-  }
+  for (int64_t i = 0; i < n_ids; ++i) need_page(kv, ids[i], op);
+}
+
+void SeparateMemoryBackend::need_page(const KvLayer& kv, int64_t p, const char* op) const {
+  if (p < 0 || p >= kv.n_pages) return;  // the kernel reports it
+  need(kv.k_pages[p], kv_key_page_bytes(kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim), op,
+       "a K page");
+  need(kv.v_pages[p], kv_value_page_bytes(kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim), op,
+       "a V page");
 }
 
 // ---- copies ----
@@ -341,15 +342,8 @@ void SeparateMemoryBackend::kv_append(const KvLayer& kv, const float* k, int64_t
   need(touched, static_cast<size_t>(n_touched) * sizeof(int32_t), "kv_append", "touched");
   need(n_filled, static_cast<size_t>(n_touched) * sizeof(int32_t), "kv_append", "n_filled");
   Open o(*this);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const int64_t p = slots[t] / kv.page_size;
-    if (p < 0 || p >= kv.n_pages) continue;  // the kernel reports it
-    need(kv.k_pages[p], kv_key_page_bytes(kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim),
-         "kv_append", "a K page");
-    need(kv.v_pages[p], kv_value_page_bytes(kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim),
-         "kv_append", "a V page");
-  }
-  need_kv(kv, touched, n_touched, 1, "kv_append");
+  for (int64_t t = 0; t < n_tokens; ++t) need_page(kv, slots[t] / kv.page_size, "kv_append");
+  need_kv(kv, touched, n_touched, "kv_append");
   cpu_.kv_append(kv, k, k_stride, v, v_stride, slots, n_tokens, touched, n_filled, n_touched);
 }
 
@@ -366,7 +360,7 @@ void SeparateMemoryBackend::attention(float* out, int64_t out_stride, const floa
        "seqs.page_ids");
   need_rows(out, out_stride, n_q, n_head * kv.head_dim, "attention", "out");
   need_rows(q, q_stride, n_q, n_head * kv.head_dim, "attention", "q");
-  need_kv(kv, seqs.page_ids, seqs.page_indptr[ns], 1, "attention");
+  need_kv(kv, seqs.page_ids, seqs.page_indptr[ns], "attention");
   cpu_.attention(out, out_stride, q, q_stride, n_head, kv, seqs, scale);
 }
 

@@ -96,8 +96,9 @@ class SeparateMemoryBackend final : public Backend {
   // Rows of a row-major matrix: (n_rows - 1) * stride + d elements.
   void need_rows(const float* p, int64_t stride, int64_t n_rows, int64_t d, const char* op,
                  const char* arg) const;
-  void need_kv(const KvLayer& kv, const int32_t* ids, int64_t n_ids, int64_t id_div,
-               const char* op) const;
+  void need_kv(const KvLayer& kv, const int32_t* ids, int64_t n_ids, const char* op) const;
+  // K and V of page p of kv (read from its page arrays) are device memory.
+  void need_page(const KvLayer& kv, int64_t p, const char* op) const;
 
   CpuBackend cpu_;
   std::byte* base_ = nullptr;
