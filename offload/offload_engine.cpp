@@ -71,6 +71,14 @@ PlacementFractions fractions_of(const EngineOptions& o) {
 // height as at any larger one.
 constexpr int64_t kMaxGroupTokens = 4096;
 
+// Makes `b` a buffer of `bytes` of the backend's memory (contents not kept),
+// reallocating only when its size differs.
+void resize_exact(Backend& be, DeviceBuffer& b, size_t bytes) {
+  if (b.size() == bytes) return;
+  b = DeviceBuffer();
+  if (bytes > 0) b = be.alloc(bytes);
+}
+
 // The largest group the cut above makes of sequences with these new-token
 // counts.
 int64_t largest_group(const std::vector<int64_t>& n_new) {
@@ -106,8 +114,12 @@ struct BlockMemory {
   uint64_t kv_disk = 0;      // bytes of the KV file
   int64_t group_tokens = 0;  // largest group
   std::vector<int64_t> hidden_tokens;  // [n_mb] tokens of each micro-batch's largest step
-  // Bytes of the compute device's memory (RAM on the CPU device).
-  uint64_t device() const { return kv_pages + kv_staging + hidden + scratch + logits; }
+  // Activations, the forward's scratch and the logits: always where the
+  // device computes.
+  uint64_t working() const { return hidden + scratch + logits; }
+  // Bytes of the compute device's memory with the KV cache there too (all
+  // of a block on the CPU device).
+  uint64_t device() const { return kv_pages + kv_staging + working(); }
 };
 
 class OffloadEngine final : public Engine {
@@ -205,8 +217,10 @@ class OffloadEngine final : public Engine {
   KvSlot& kv_slot_for(int64_t layer, int64_t k, int32_t step);
   void stage_kv(int64_t layer, int64_t k, int32_t step);
   std::byte* kv_record(const KvSlot& s, size_t r);
+  // KV pages and staging records are host memory.
+  bool kv_host() const { return unified_ || cpu_attention_; }
   // Where KV pages and records are, for the mover.
-  Place kv_place(void* p) const { return Place::memory(kv_host_ ? Tier::kCpu : Tier::kGpu, p); }
+  Place kv_place(void* p) const { return Place::memory(kv_host() ? Tier::kCpu : Tier::kGpu, p); }
   // The host relay of record r (null when the records are host memory).
   std::byte* kv_relay(const KvSlot& s, size_t r);
 
@@ -220,7 +234,6 @@ class OffloadEngine final : public Engine {
   // and each layer's KV append and attention run there.
   bool cpu_attention_ = false;
   std::unique_ptr<Backend> host_be_;
-  bool kv_host_ = true;  // KV pages and staging records are host memory
   // The CPU attention of one micro-batch in one layer.
   struct AttnJob {
     int64_t layer = -1;
@@ -261,7 +274,7 @@ class OffloadEngine final : public Engine {
   std::array<WeightSlot, 2> wslots_;
   std::array<DeviceBuffer, 2> wdev_;
   uint64_t n_weight_loads_ = 0;
-  // KV staging records: in RAM (kv_host_), else in device memory with a
+  // KV staging records: in RAM (kv_host()), else in device memory with a
   // host mirror of each (pinned on a GPU) that relays their disk reads and
   // writes at the same offsets.
   std::array<PoolBlock, 2> kv_mem_;
@@ -327,7 +340,6 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
       attn_job_of_.assign(static_cast<size_t>(c.n_layer * opt_.num_gpu_batches), 0);
     }
   }
-  kv_host_ = unified || cpu_attention_;
 
   // ---- budgets ----
   const uint64_t ram_default = available_ram_bytes();
@@ -576,16 +588,15 @@ void OffloadEngine::check_block(const BlockMemory& m, int64_t n_seqs, int64_t lo
   }
   if (!unified_) {
     // The KV cache and its staging: in device memory, relayed through RAM;
-    // or in RAM (CPU attention), with the layer's q/k/v and output rows.
-    // CPU attention: each micro-batch's q/k/v and attention rows, on the
-    // device and in RAM.
+    // or in RAM (CPU attention), with each micro-batch's q/k/v and
+    // attention rows on the device and in RAM.
     const uint64_t attn_rows =
         cpu_attention_ ? m.hidden / static_cast<uint64_t>(config().n_embd) *
                              static_cast<uint64_t>(fwd_.qkv_dim() + fwd_.q_dim())
                        : 0;
-    const uint64_t kv_dev = kv_host_ ? attn_rows : m.kv_pages + m.kv_staging;
-    const uint64_t kv_ram = kv_host_ ? m.kv_pages + m.kv_staging + attn_rows : m.kv_staging;
-    const uint64_t dev_need = fixed_device() + m.device() - m.kv_pages - m.kv_staging + kv_dev;
+    const uint64_t kv_dev = kv_host() ? attn_rows : m.kv_pages + m.kv_staging;
+    const uint64_t kv_ram = kv_host() ? m.kv_pages + m.kv_staging + attn_rows : m.kv_staging;
+    const uint64_t dev_need = fixed_device() + m.working() + kv_dev;
     if (dev_need > gpu_->budget()) {
       fail(
           "device memory budget {} (--gpu-mem) is below the {} a block of {} sequences of up to {} "
@@ -593,8 +604,8 @@ void OffloadEngine::check_block(const BlockMemory& m, int64_t n_seqs, int64_t lo
           "activations {}, working memory {}, logits {}; raise --gpu-mem, lower the batch size "
           "or put more on the cpu and disk tiers (--percent)",
           mb(gpu_->budget()), mb(dev_need), n_seqs, longest, mb(fixed_device()),
-          mb(kv_host_ ? 0 : m.kv_pages), kv_host_ ? 0 : m.kv.backed_pages,
-          mb(kv_host_ ? 0 : m.kv_staging), mb(m.hidden), mb(m.scratch), mb(m.logits));
+          mb(kv_host() ? 0 : m.kv_pages), kv_host() ? 0 : m.kv.backed_pages,
+          mb(kv_host() ? 0 : m.kv_staging), mb(m.hidden), mb(m.scratch), mb(m.logits));
     }
     const uint64_t host_need = fixed_ram() + kv_ram + m.logits;
     if (host_need > ram_->budget()) {
@@ -644,17 +655,11 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
   uint64_t hidden = 0;
   for (size_t k = 0; k < mbs_.size(); ++k) {
     const size_t want = static_cast<size_t>(m.hidden_tokens[k] * c.n_embd) * sizeof(float);
-    if (mbs_[k].hidden.size() != want) {
-      mbs_[k].hidden = DeviceBuffer();
-      if (want > 0) mbs_[k].hidden = backend_.alloc(want);
-    }
+    resize_exact(backend_, mbs_[k].hidden, want);
     hidden += want;
   }
   fwd_.reserve(m.group_tokens);
-  if (logits_.size() != m.logits) {
-    logits_ = DeviceBuffer();
-    logits_ = backend_.alloc(m.logits);
-  }
+  resize_exact(backend_, logits_, m.logits);
   const uint64_t kv_stage = static_cast<uint64_t>(m.kv.stage_records) * kv_->record_bytes();
   const uint64_t block = kv_pages + hidden + fwd_.workspace_bytes() + logits_.size();
   if (unified_) {
@@ -662,7 +667,7 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
     if (kv_stage > 0) {
       for (PoolBlock& b : kv_mem_) b = ram_->allocate(kv_stage, "KV staging buffer");
     }
-  } else if (kv_host_) {
+  } else if (kv_host()) {
     // CPU attention: the KV cache in RAM, activations on the device, and
     // each micro-batch's q/k/v and attention rows on both.
     uint64_t rows = 0, host_attn = 0;
@@ -671,14 +676,8 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
       AttnJob& job = attn_jobs_[k];
       const size_t qkv_b = static_cast<size_t>(m.hidden_tokens[k] * QKV) * sizeof(float);
       const size_t attn_b = static_cast<size_t>(m.hidden_tokens[k] * Q) * sizeof(float);
-      if (job.qkv_dev.size() != qkv_b) {
-        job.qkv_dev = DeviceBuffer();
-        if (qkv_b > 0) job.qkv_dev = backend_.alloc(qkv_b);
-      }
-      if (job.attn_dev.size() != attn_b) {
-        job.attn_dev = DeviceBuffer();
-        if (attn_b > 0) job.attn_dev = backend_.alloc(attn_b);
-      }
+      resize_exact(backend_, job.qkv_dev, qkv_b);
+      resize_exact(backend_, job.attn_dev, attn_b);
       if (job.qkv.size() != qkv_b) {
         job.qkv.reset();
         if (qkv_b > 0) job.qkv = ram_->allocate(qkv_b, "q, k, v rows for CPU attention");
@@ -715,14 +714,14 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
 }
 
 std::byte* OffloadEngine::kv_relay(const KvSlot& s, size_t r) {
-  if (kv_host_) return nullptr;
+  if (kv_host()) return nullptr;
   const size_t b = static_cast<size_t>(&s - kv_slots_.data());
   return kv_mem_[b].data() + r * kv_->record_bytes();
 }
 
 std::byte* OffloadEngine::kv_record(const KvSlot& s, size_t r) {
   const size_t b = static_cast<size_t>(&s - kv_slots_.data());
-  std::byte* base = kv_host_ ? kv_mem_[b].data() : kv_dev_[b].as<std::byte>();
+  std::byte* base = kv_host() ? kv_mem_[b].data() : kv_dev_[b].as<std::byte>();
   return base + r * kv_->record_bytes();
 }
 
