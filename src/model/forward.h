@@ -11,7 +11,9 @@
 //           hidden += fc2(act(fc1(h) + b1)) + b2        (OPT)
 //   head:   logits = norm(hidden[rows]).output^T, for the listed rows only
 //
-// Activations between the three calls live in the caller's `hidden`
+// (layer is also offered in two halves around the KV append and attention,
+// layer_qkv and layer_out, for a caller that runs those elsewhere.)
+// Activations between the calls live in the caller's `hidden`
 // ([n_tokens, n_embd] f32, device); everything else is scratch owned here,
 // grown to the largest micro-batch seen. The forward reads weights where
 // the views point and never loads anything; it does not know about steps,

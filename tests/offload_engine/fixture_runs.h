@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -120,6 +121,20 @@ inline double micro_batch_bound(const ModelConfig& c, double max_abs_logit) {
   const double k_max = static_cast<double>(std::max({c.n_embd, c.n_ff, c.n_head * c.head_dim}));
   const double stages = 4.0 * static_cast<double>(c.n_layer) + 1.0;
   return (4.5 * 2 * u * std::sqrt(k_max / 2) * std::sqrt(stages) + u) * max_abs_logit;
+}
+
+// Every step's logits of `got` bit for bit those of `ref` (tokens first).
+inline void expect_same_bits(const GenRun& ref, const GenRun& got, const std::string& what) {
+  ASSERT_EQ(got.tokens, ref.tokens) << what;
+  for (size_t q = 0; q < ref.logits.size(); ++q) {
+    ASSERT_EQ(got.logits[q].size(), ref.logits[q].size()) << what;
+    for (size_t i = 0; i < ref.logits[q].size(); ++i) {
+      ASSERT_EQ(std::memcmp(got.logits[q][i].data(), ref.logits[q][i].data(),
+                            ref.logits[q][i].size() * sizeof(float)),
+                0)
+          << what << ": logits of sequence " << q << " step " << i << " are not bit-identical";
+    }
+  }
 }
 
 // The test name of a fixture parameter ("llama-gguf" -> "llama_gguf").

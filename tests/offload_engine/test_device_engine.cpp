@@ -164,17 +164,8 @@ TEST_P(DeviceGrid, EveryPlacementGivesTheBitsOfTheCpuAllInRamRun) {
                                std::to_string(s.w_cpu) + ", KV gpu " + std::to_string(s.kv_gpu);
       auto e = make_engine(*f.model, placed(options(f, g, k, dir.path), s), separate_device());
       const GenRun r = generate(*e, f.prompts);
-      ASSERT_EQ(r.tokens, ref.tokens) << what;
-      for (size_t q = 0; q < f.prompts.size(); ++q) {
-        ASSERT_EQ(r.logits[q].size(), ref.logits[q].size()) << what;
-        for (size_t i = 0; i < r.logits[q].size(); ++i) {
-          ASSERT_EQ(std::memcmp(r.logits[q][i].data(), ref.logits[q][i].data(),
-                                r.logits[q][i].size() * sizeof(float)),
-                    0)
-              << what << ": logits of sequence " << q << " step " << i
-              << " are not bit-identical";
-        }
-      }
+      expect_same_bits(ref, r, what);
+      if (::testing::Test::HasFatalFailure()) return;
       const int64_t n_blocks =
           (static_cast<int64_t>(f.prompts.size()) + e->block_size() - 1) / e->block_size();
       const StepBytes per = streamed_per_step(f, s);
