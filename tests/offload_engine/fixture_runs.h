@@ -66,6 +66,24 @@ inline Fixture load(const std::string& name) {
   return f;
 }
 
+// An engine for the fixture runs: f32 compute and KV, micro-batches of g
+// sequences, k per block, pages of 4 tokens (short prompts span several,
+// full and partial), 2 threads, the offload directory under `dir`; the
+// placement is EngineOptions' default (everything in RAM, on the CPU).
+inline EngineOptions fixture_options(const Fixture& f, int64_t g, int64_t k,
+                                     const fs::path& dir) {
+  EngineOptions o;
+  o.compute_dtype = DType::kF32;
+  o.kv_dtype = DType::kF32;
+  o.gpu_batch_size = g;
+  o.num_gpu_batches = k;
+  o.page_size = 4;
+  o.threads = 2;
+  o.kv_budget_bytes = uint64_t{64} << 20;
+  o.offload_dir = (dir / f.name).string();
+  return o;
+}
+
 constexpr int32_t kNewTokens = 9;
 
 struct GenRun {

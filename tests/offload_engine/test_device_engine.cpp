@@ -99,16 +99,7 @@ ComputeDevice separate_device(uint64_t reserve = uint64_t{8} << 30) {
 }
 
 EngineOptions options(const Fixture& f, int64_t g, int64_t k, const fs::path& dir) {
-  EngineOptions o;
-  o.compute_dtype = DType::kF32;
-  o.kv_dtype = DType::kF32;
-  o.gpu_batch_size = g;
-  o.num_gpu_batches = k;
-  o.page_size = 4;
-  o.threads = 2;
-  o.kv_budget_bytes = uint64_t{64} << 20;
-  o.offload_dir = (dir / f.name).string();
-  return o;
+  return fixture_options(f, g, k, dir);
 }
 
 struct Split {

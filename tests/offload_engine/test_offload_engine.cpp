@@ -40,19 +40,13 @@ namespace fs = std::filesystem;
 // The six fractions: weights and KV on disk as asked, activations in RAM.
 EngineOptions options(const Fixture& f, int64_t g, int64_t k, double w_disk, bool kv_disk,
                       const fs::path& dir, DType compute = DType::kF32) {
-  EngineOptions o;
+  EngineOptions o = fixture_options(f, g, k, dir);
   o.compute_dtype = compute;
   o.kv_dtype = default_kv_dtype(compute);
-  o.gpu_batch_size = g;
-  o.num_gpu_batches = k;
-  o.page_size = 4;  // short prompts span several pages, full and partial
-  o.threads = 2;
-  o.kv_budget_bytes = uint64_t{64} << 20;
   o.w_gpu = 0;
   o.w_cpu = 1 - w_disk;
   o.kv_gpu = 0;
   o.kv_cpu = kv_disk ? 0 : 1;
-  o.offload_dir = (dir / f.name).string();
   return o;
 }
 

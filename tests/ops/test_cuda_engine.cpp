@@ -35,16 +35,8 @@ namespace {
 using namespace fixture_runs;
 
 EngineOptions cuda_options(const Fixture& f, int64_t g, int64_t k, const fs::path& dir) {
-  EngineOptions o;
+  EngineOptions o = fixture_options(f, g, k, dir);
   o.device = "cuda:0";
-  o.compute_dtype = DType::kF32;
-  o.kv_dtype = DType::kF32;
-  o.gpu_batch_size = g;
-  o.num_gpu_batches = k;
-  o.page_size = 4;
-  o.threads = 2;
-  o.kv_budget_bytes = uint64_t{64} << 20;
-  o.offload_dir = (dir / f.name).string();
   place_everything_on_device(o);
   return o;
 }
