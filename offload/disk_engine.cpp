@@ -21,12 +21,15 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "offload/disk_faults.h"
 
 namespace strata {
 
@@ -135,6 +138,8 @@ struct RequestState {
   uint64_t offset = 0;
   size_t len = 0;
   std::byte* mem = nullptr;
+  // An injected fault (disk_faults.h), handed to the first chunk cut.
+  std::optional<DiskFaultKind> fault;
   std::atomic<uint64_t> bytes_left{0};  // caller bytes not yet finished (done or dropped)
   std::atomic<bool> failed{false};
   std::atomic<bool> done{false};
@@ -171,6 +176,8 @@ struct Chunk {
   size_t io_need = 0;
   size_t io_done = 0;
   std::byte* io_mem = nullptr;
+  std::optional<DiskFaultKind> fault;  // injected into this chunk's I/O results
+  bool fault_started = false;          // a short read has returned its part
 };
 
 enum class Step { kDone, kResubmit, kFailed };
@@ -241,6 +248,7 @@ class Queue {
     c.offset = start;
     c.len = n;
     c.mem = r.mem + p.pos;
+    c.fault = std::exchange(r.fault, std::nullopt);
     p.pos += n;
     const bool aligned = start % kDiskAlign == 0 && n % kDiskAlign == 0;
     if (!direct) {
@@ -288,6 +296,7 @@ class Queue {
   // What to do after an I/O of `c` moved `res` bytes (or failed with -errno).
   Step after_io(Chunk& c, int64_t res) {
     RequestState& r = *c.req;
+    if (c.fault) res = inject(c, res);
     if (res == -EAGAIN || res == -EINTR) return Step::kResubmit;
     if (res < 0) {
       const int e = static_cast<int>(-res);
@@ -326,6 +335,39 @@ class Queue {
       n_buffered_.fetch_add(1, std::memory_order_relaxed);
     }
     return Step::kResubmit;
+  }
+
+  // The result an injected fault makes of `res` (disk_faults.h). A shortened
+  // direct I/O stays a multiple of the page size, which the engine would
+  // otherwise take for the end of the file.
+  static int64_t inject(Chunk& c, int64_t res) {
+    auto shorten = [&](int64_t n) {
+      int64_t half = n / 2;
+      if (c.direct) half = static_cast<int64_t>(align_down(static_cast<uint64_t>(half), kDiskAlign));
+      return half;
+    };
+    switch (*c.fault) {
+      case DiskFaultKind::kIoError:
+        c.fault.reset();
+        return -EIO;
+      case DiskFaultKind::kNoSpace:
+        c.fault.reset();
+        return -ENOSPC;
+      case DiskFaultKind::kShortRead:
+        if (c.fault_started || res <= 0) {
+          c.fault.reset();
+          return res < 0 ? res : 0;  // then the end of the file
+        }
+        c.fault_started = true;
+        return shorten(res);
+      case DiskFaultKind::kPartial:
+        if (res > 1 && shorten(res) > 0) {
+          c.fault.reset();
+          return shorten(res);
+        }
+        return res;  // too small to cut here: the next I/O of this chunk
+    }
+    return res;
   }
 
   // A chunk is over (ok: its bytes moved).
@@ -803,6 +845,7 @@ Ticket DiskEngine::submit(int op, const DiskFile& file, uint64_t offset, std::by
   r->len = n;
   r->mem = mem;
   r->bytes_left = n;
+  if (n > 0) r->fault = disk_detail::take_disk_fault(op == 0, file.path());
   queue_->count_request();
   if (n == 0) {
     r->done = true;
