@@ -44,6 +44,18 @@ int run(const Options& o) {
   if (o.batch < 0 || (o.batch == 0 && o.offload.policy.empty())) {
     fail("--batch {} is not allowed; use 1 or more (or --policy, which sets it)", o.batch);
   }
+  if (o.batch > 0 && o.offload.gpu_batch_size) {
+    fail(
+        "--batch {} and --gpu-batch-size {} are the same setting (sequences per micro-batch); give "
+        "one",
+        o.batch, *o.offload.gpu_batch_size);
+  }
+  if (o.num_batches > 0 && o.offload.num_gpu_batches) {
+    fail(
+        "--num-batches {} and --num-gpu-batches {} are the same setting (micro-batches per block); "
+        "give one",
+        o.num_batches, *o.offload.num_gpu_batches);
+  }
   if (o.num_batches < 0) fail("--num-batches {} is not allowed; use 1 or more", o.num_batches);
   if (o.warmup < 0) fail("--warmup {} is not allowed; use 0 or more", o.warmup);
   if (o.repeats < 1) fail("--repeats {} is not allowed; use 1 or more", o.repeats);

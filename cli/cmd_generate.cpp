@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,7 @@ namespace {
 
 struct Options {
   std::string model, prompts, output, report, compute_dtype;
-  int64_t batch_size = 0;
+  std::optional<int64_t> batch_size;
   int threads = 0;
   GenerateOptions gen;
   CompressionFlags compression;
@@ -43,7 +44,15 @@ struct Options {
 int run(const Options& o) {
   GenerateOptions gen = o.gen;
   gen.progress = stderr_is_tty();
-  if (o.batch_size < 0) fail("--batch-size {} is not allowed; use 1 or more", o.batch_size);
+  if (o.batch_size && (*o.batch_size < 1 || *o.batch_size > kMaxBatchSize)) {
+    fail("--batch-size {} is not allowed; use 1 to {}", *o.batch_size, kMaxBatchSize);
+  }
+  if (o.batch_size && o.offload.gpu_batch_size) {
+    fail(
+        "--batch-size {} and --gpu-batch-size {} are the same setting (sequences per micro-batch); "
+        "give one",
+        *o.batch_size, *o.offload.gpu_batch_size);
+  }
   if (!o.report.empty()) check_writable_file(o.report, "--report");
   std::error_code ec;
   if (std::filesystem::equivalent(o.prompts, o.output, ec)) {
@@ -59,10 +68,10 @@ int run(const Options& o) {
   EngineOptions eo;
   eo.compute_dtype = o.offload.compute_dtype(o.compute_dtype);
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
-  if (o.batch_size > 0) eo.gpu_batch_size = o.batch_size;
+  if (o.batch_size) eo.gpu_batch_size = *o.batch_size;
   eo.threads = o.threads;
   OffloadFlags offload = o.offload;
-  if (o.batch_size > 0 && !offload.gpu_batch_size) offload.gpu_batch_size = o.batch_size;
+  if (o.batch_size && !offload.gpu_batch_size) offload.gpu_batch_size = *o.batch_size;
   eo.offload_dir = offload.offload_dir;
   o.compression.apply(eo);
   // The placement plans for the longest prompt and generation of the file.

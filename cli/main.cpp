@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -42,7 +43,19 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    // --help and --version print and succeed; any other parse error is one
+    // line, like every other error, and exit status 2.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::string where = "strata";
+    for (const CLI::App* sub = &app; sub;) {
+      const auto subs = sub->get_subcommands();
+      sub = subs.empty() ? nullptr : subs.front();
+      if (sub) where += " " + sub->get_name();
+    }
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    std::fprintf(stderr, "strata: error: %s; see '%s --help'\n", what.c_str(), where.c_str());
+    return 2;
   }
 
   try {
@@ -57,7 +70,8 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::bad_alloc&) {
     std::fflush(stdout);
-    std::fprintf(stderr, "strata: error: out of memory; lower the batch size or the memory budgets\n");
+    std::fprintf(stderr,
+                 "strata: error: out of memory; lower the batch size or the memory budgets\n");
     return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -343,7 +343,8 @@ class Queue {
   static int64_t inject(Chunk& c, int64_t res) {
     auto shorten = [&](int64_t n) {
       int64_t half = n / 2;
-      if (c.direct) half = static_cast<int64_t>(align_down(static_cast<uint64_t>(half), kDiskAlign));
+      if (c.direct)
+        half = static_cast<int64_t>(align_down(static_cast<uint64_t>(half), kDiskAlign));
       return half;
     };
     switch (*c.fault) {

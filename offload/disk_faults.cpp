@@ -56,9 +56,10 @@ void arm_from_environment() {
 DiskFault parse_disk_fault(const std::string& spec, const std::string& what) {
   const auto parts = split(spec, ':', 4);
   auto bad = [&](const std::string& why) -> DiskFault {
-    fail("{}={}: {}; expected KIND:OP:N[:PATH_PART] with KIND eio|short|partial|enospc and OP "
-         "read|write|any",
-         what, spec, why);
+    fail(
+        "{}={}: {}; expected KIND:OP:N[:PATH_PART] with KIND eio|short|partial|enospc and OP "
+        "read|write|any",
+        what, spec, why);
   };
   if (parts.size() < 3) return bad("too few fields");
   DiskFault f;

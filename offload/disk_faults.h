@@ -24,10 +24,10 @@
 namespace strata {
 
 enum class DiskFaultKind : uint8_t {
-  kIoError,      // the I/O fails with EIO
-  kShortRead,    // a read returns part of its bytes, then end of file
-  kPartial,      // an I/O moves part of its bytes once; resubmitted, not an error
-  kNoSpace,      // a write fails with ENOSPC
+  kIoError,    // the I/O fails with EIO
+  kShortRead,  // a read returns part of its bytes, then end of file
+  kPartial,    // an I/O moves part of its bytes once; resubmitted, not an error
+  kNoSpace,    // a write fails with ENOSPC
 };
 
 enum class DiskFaultOp : uint8_t { kRead, kWrite, kAny };

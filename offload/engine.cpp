@@ -33,8 +33,8 @@ EngineOptions validated(const EngineOptions& o) {
          "--offload-dir DIR",
          dtype_name(*o.weight_dtype));
   }
-  if (o.gpu_batch_size < 1 || o.gpu_batch_size > (1 << 20)) {
-    fail("batch size {} is not allowed; use 1 or more", o.gpu_batch_size);
+  if (o.gpu_batch_size < 1 || o.gpu_batch_size > kMaxBatchSize) {
+    fail("batch size {} is not allowed; use 1 to {}", o.gpu_batch_size, kMaxBatchSize);
   }
   if (o.num_gpu_batches < 1 || o.num_gpu_batches > (1 << 20)) {
     fail("number of batches {} is not allowed; use 1 or more", o.num_gpu_batches);

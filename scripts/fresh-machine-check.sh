@@ -11,7 +11,7 @@
 # hour on a 2-core machine.
 #
 #   scripts/fresh-machine-check.sh [--keep] [--refresh] [--only test|demo]
-#     --keep      leave the root in .cache/fresh-machine/root for inspection
+#     --keep      leave the root (in /var/tmp/strata-fresh-root) for inspection
 #     --refresh   rebuild the cached root tarball
 #     --only X    run only one of the two commands
 # Needs root (chroot, mounts); installs mmdebstrap when it is missing.
@@ -35,7 +35,7 @@ case "$only" in ""|test|demo) ;; *) echo "fresh-machine-check: --only takes test
 
 cache=$repo/.cache/fresh-machine
 tarball=$cache/bookworm-minbase.tar
-root=$cache/root
+root=${STRATA_FRESH_ROOT:-/var/tmp/strata-fresh-root}
 mkdir -p "$cache"
 
 sources=""
@@ -55,23 +55,38 @@ if [ "$refresh" -eq 1 ] || [ ! -s "$tarball" ]; then
 fi
 
 unmount_all() {
-  for m in dev/pts dev proc sys; do
+  for m in dev/pts dev proc; do
     mountpoint -q "$root/$m" 2>/dev/null && umount -l "$root/$m" || true
   done
 }
-cleanup() {
+remove_root() {
   unmount_all
-  [ "$keep" -eq 1 ] || rm -rf "$root"
+  if findmnt -rn -o TARGET | grep -q "^$root/"; then
+    echo "fresh-machine-check: something is still mounted under $root; not removing it" >&2
+    return 1
+  fi
+  rm -rf --one-file-system "$root"
+}
+cleanup() {
+  if [ "$keep" -eq 1 ]; then unmount_all; else remove_root; fi
 }
 trap cleanup EXIT
 
-unmount_all
-rm -rf "$root"
+remove_root
 mkdir -p "$root"
 tar -xf "$tarball" -C "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The certificate authorities this machine trusts (a network whose HTTPS goes
+# through a proxy of its own has one more), as any machine on this network
+# would have them; ca-certificates adds them when install-deps installs it.
+mkdir -p "$root/usr/local/share/ca-certificates"
+if [ -s /etc/ssl/certs/ca-certificates.crt ]; then
+  awk -v dir="$root/usr/local/share/ca-certificates" '
+    /-----BEGIN CERTIFICATE-----/ { n++; f = sprintf("%s/host-%03d.crt", dir, n) }
+    f { print > f }
+    /-----END CERTIFICATE-----/ { close(f); f = "" }' /etc/ssl/certs/ca-certificates.crt
+fi
 mount -t proc proc "$root/proc"
-mount --rbind /sys "$root/sys"
 mount --bind /dev "$root/dev"
 mount --bind /dev/pts "$root/dev/pts"
 

@@ -55,6 +55,9 @@ struct EngineStats {
   std::map<std::string, uint64_t> peak_bytes; // per tier: "gpu", "cpu", "disk"
 };
 
+// The largest batch (sequences per micro-batch) an engine accepts.
+inline constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
+
 struct EngineOptions {
   // The compute device: "cpu", or "cuda" / "cuda:N" (offload/device.h).
   std::string device = "cpu";

@@ -88,7 +88,15 @@ OutputFile::OutputFile(std::string output_path, OutputIdentity identity)
   open_partial();
 }
 
-OutputFile::~OutputFile() = default;
+// A run that ends before any record (an error, an exception) leaves no
+// .partial behind: there is nothing to resume, and a header alone would make
+// the next run with other settings refuse it.
+OutputFile::~OutputFile() {
+  if (partial_.fd >= 0 && n_done_ == 0) {
+    ::unlink(partial_path().c_str());
+    partial_.reset();
+  }
+}
 
 OutputFile::Fd::~Fd() {
   reset();
@@ -141,6 +149,17 @@ void OutputFile::load_partial(const std::string& content) {
     auto it = header.find(key);
     return it != header.end() && it->is_string() ? it->get<std::string>() : std::string("?");
   };
+  const bool has_records = content.find('\n', header_end + 1) != std::string::npos;
+  if (!has_records && (field("prompts_hash") != hex64(identity_.prompts_hash) ||
+                       field("settings_hash") != hex64(identity_.settings_hash))) {
+    // Another job's header with no record after it (a run killed before its
+    // first record): nothing is lost by starting afresh.
+    spdlog::info("{}: holds no records of another job; starting it afresh", pp);
+    if (::ftruncate(partial_.fd, 0) != 0) fail("{}: cannot truncate: {}", pp, std::strerror(errno));
+    write_all(partial_.fd, partial_header(identity_) + "\n", pp);
+    if (::fdatasync(partial_.fd) != 0) fail("{}: cannot sync: {}", pp, std::strerror(errno));
+    return;
+  }
   if (field("prompts_hash") != hex64(identity_.prompts_hash)) {
     fail(
         "{}: was written for another prompt file ({}, hash {}; {} has hash {}); run with the "
@@ -163,7 +182,10 @@ void OutputFile::load_partial(const std::string& content) {
     ++line_no;
     if (end == std::string::npos) {
       // The last record was cut short by an interruption: drop it.
-      spdlog::info("{}: dropping an incomplete last line (line {})", pp, line_no);
+      spdlog::warn(
+          "{}: dropping an incomplete last line (line {}, {} bytes): a record cut short by an "
+          "interruption; it is generated again",
+          pp, line_no, content.size() - pos);
       if (::ftruncate(partial_.fd, static_cast<off_t>(pos)) != 0) {
         fail("{}: cannot truncate: {}", pp, std::strerror(errno));
       }

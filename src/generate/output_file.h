@@ -13,9 +13,11 @@
 //
 // Rerunning the same command finds OUTPUT.partial and resumes: finished
 // prompts are skipped. A .partial made from another prompt file or with
-// other settings is refused with a message saying what differs. A last line
-// cut short by an interruption is dropped. The .partial is locked (flock)
-// while a run writes it, so two runs cannot interleave their records.
+// other settings is refused with a message saying what differs, unless it
+// holds no record (then it is started afresh). A last line cut short by an
+// interruption is dropped with a warning. A run that ends with an error
+// before its first record removes its .partial. The .partial is locked
+// (flock) while a run writes it, so two runs cannot interleave their records.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // Prompt file reading (prompt_file.h).
 #include "generate/prompt_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "io/json.h"
 #include "io/one_line.h"
+#include "tokenizer/unicode.h"
 
 namespace strata {
 namespace {
@@ -97,6 +99,25 @@ void parse_jsonl_line(const std::string& path, int64_t line, std::string_view te
 
 }  // namespace
 
+// A line that is not UTF-8: one error naming the line, the column (1-based
+// byte) and the bytes there.
+void check_utf8(const std::string& path, int64_t line, std::string_view text) {
+  for (size_t p = 0; p < text.size();) {
+    const tok::Utf8Step st = tok::utf8_step(text, p);
+    if (st.kind == tok::Utf8Step::kValid) {
+      p += st.len;
+      continue;
+    }
+    std::string bytes;
+    for (size_t i = p; i < std::min(text.size(), p + 4); ++i)
+      bytes += fmt::format("{}0x{:02X}", i == p ? "" : " ", static_cast<unsigned char>(text[i]));
+    fail("{}: byte {} is not UTF-8 ({}{}); save the prompt file as UTF-8", where(path, line), p + 1,
+         bytes,
+         st.kind == tok::Utf8Step::kIncomplete ? ": a character cut off at the end of the line"
+                                               : "");
+  }
+}
+
 uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
   for (unsigned char c : bytes) {
     h ^= c;
@@ -126,6 +147,7 @@ PromptFile parse_prompt_file(const std::string& path, std::string_view content) 
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (is_blank(line)) continue;
+    check_utf8(path, line_no, line);
     PromptRecord rec;
     rec.index = pf.prompts.size();
     rec.line = line_no;

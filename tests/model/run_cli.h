@@ -29,7 +29,11 @@ inline std::string slurp(const std::string& path) {
   return s.str();
 }
 
-inline CliResult run_strata(const std::vector<std::string>& args, const std::string& scratch_dir) {
+// Starts the strata executable with `args`, its stdout and stderr going to
+// files in `scratch_dir`, and `extra_env` ("NAME=value") added to this
+// process's environment. Returns its pid, or -1 when it cannot start.
+inline pid_t start_strata(const std::vector<std::string>& args, const std::string& scratch_dir,
+                          const std::vector<std::string>& extra_env = {}) {
   const std::string out_path = scratch_dir + "/cli.stdout", err_path = scratch_dir + "/cli.stderr";
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -40,20 +44,35 @@ inline CliResult run_strata(const std::vector<std::string>& args, const std::str
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env_s(extra_env);
+  for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  CliResult r;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    r.err = "cannot start " + argv_s[0];
+  return rc == 0 ? pid : -1;
+}
+
+// Waits for a process of start_strata and collects what it printed.
+inline CliResult finish_strata(pid_t pid, const std::string& scratch_dir) {
+  CliResult r;
+  if (pid < 0) {
+    r.err = std::string("cannot start ") + STRATA_BIN;
     return r;
   }
   int status = 0;
   waitpid(pid, &status, 0);
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
+  r.out = slurp(scratch_dir + "/cli.stdout");
+  r.err = slurp(scratch_dir + "/cli.stderr");
   return r;
+}
+
+inline CliResult run_strata(const std::vector<std::string>& args, const std::string& scratch_dir,
+                            const std::vector<std::string>& extra_env = {}) {
+  return finish_strata(start_strata(args, scratch_dir, extra_env), scratch_dir);
 }
 
 }  // namespace strata::test_files

@@ -1,0 +1,249 @@
+// Nothing lost, end to end through the strata executable on the tiny Llama
+// fixture with its weights streamed from the disk tier:
+//  - kill -9 at 20 moments spread over a run (building the pack, prefill,
+//    decode, appending records), each followed by a resume: the final output
+//    equals the uninterrupted run byte for byte, and after every kill the
+//    .partial holds only whole records, none twice;
+//  - a .partial whose last line was cut mid-record: the line is dropped with
+//    a warning and the run completes to the same output;
+//  - injected disk faults (STRATA_DISK_FAULT, offload/disk_faults.h) on a read
+//    of the weight pack, a read and a write of the KV file, through io_uring
+//    and through the thread fallback: one `strata: error:` line naming the
+//    file and the operation, exit status 1, no output file, a .partial of
+//    whole records that the same command resumes to the same output.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "generate_test_util.h"
+#include "model/run_cli.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using test::read_text;
+using test::ScratchDir;
+using test::test_data;
+using test::write_text;
+using test_files::finish_strata;
+using test_files::run_strata;
+using test_files::start_strata;
+
+const std::string kLlama = test_data("models/llama");
+
+std::string prompts(int n) {
+  const char* words[] = {"the",  "cat",   "sat", "on",  "a",   "mat", "once", "upon",
+                         "time", "there", "was", "dog", "who", "ran", "far",  "away"};
+  std::mt19937 rng(5);
+  std::string s;
+  for (int i = 0; i < n; ++i) {
+    const int len = 3 + static_cast<int>(rng() % 20);
+    for (int w = 0; w < len; ++w) s += std::string(w ? " " : "") + words[rng() % 16];
+    s += "\n";
+  }
+  return s;
+}
+
+// Weights wholly on disk (the pack in dir/od), KV and activations in RAM;
+// `kv_on_disk` puts the KV cache on the disk tier too.
+std::vector<std::string> generate_args(const ScratchDir& dir, bool kv_on_disk = false) {
+  return {"generate",
+          "--model",
+          kLlama,
+          "--prompts",
+          dir.file("p.txt"),
+          "--output",
+          dir.file("out.jsonl"),
+          "--max-new-tokens",
+          "12",
+          "--batch-size",
+          "2",
+          "--compute-dtype",
+          "f32",
+          "--offload-dir",
+          dir.file("od"),
+          "--percent",
+          "0",
+          "0",
+          kv_on_disk ? "0" : "100",
+          "0",
+          "100",
+          "0"};
+}
+
+// The records of a .partial (after its header), each checked to be whole:
+// an object with an index below n and a record, no index twice. A last line
+// without its newline is allowed (the kill came inside the write) and not
+// counted.
+size_t check_partial(const std::string& path, size_t n) {
+  if (!fs::exists(path)) return 0;
+  const std::string content = read_text(path);
+  size_t pos = content.find('\n');
+  if (pos == std::string::npos) return 0;  // the header itself is not complete yet
+  ++pos;
+  std::set<uint64_t> seen;
+  while (pos < content.size()) {
+    const size_t end = content.find('\n', pos);
+    if (end == std::string::npos) break;
+    const auto j = nlohmann::json::parse(content.substr(pos, end - pos));
+    EXPECT_TRUE(j.contains("record") && j["record"].is_object()) << j;
+    const uint64_t index = j.at("index").get<uint64_t>();
+    EXPECT_LT(index, n);
+    EXPECT_TRUE(seen.insert(index).second) << "prompt " << index << " twice in " << path;
+    pos = end + 1;
+  }
+  return seen.size();
+}
+
+class CrashResume : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_text(ref_.file("p.txt"), prompts(kPrompts));
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = run_strata(generate_args(ref_), ref_.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    run_ms_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    want_ = read_text(ref_.file("out.jsonl"));
+    ASSERT_FALSE(want_.empty());
+  }
+  static constexpr int kPrompts = 12;
+  ScratchDir ref_;
+  double run_ms_ = 0;
+  std::string want_;
+};
+
+TEST_F(CrashResume, KilledAtTwentyMomentsAndResumedGivesTheSameBytes) {
+  ScratchDir dir;
+  write_text(dir.file("p.txt"), prompts(kPrompts));
+  std::mt19937 rng(20);
+  int kills = 0, before_pack = 0, with_records = 0;
+  size_t done = 0;  // records in the .partial
+  for (int i = 0; kills < 20 && i < 60; ++i) {
+    // Every fifth try starts without the pack and is killed early, so that
+    // some kills land while the pack is built; the others land anywhere in
+    // what is left of the run (a resumed run has less to do).
+    const bool fresh_pack = i % 5 == 0;
+    if (fresh_pack) fs::remove_all(dir.file("od"));
+    const double left = static_cast<double>(kPrompts - done + 1) / (kPrompts + 1);
+    const double max_ms = fresh_pack ? 30.0 : run_ms_ * left;
+    const double delay_ms = std::uniform_real_distribution<double>(1.0, max_ms)(rng);
+    const pid_t pid = start_strata(generate_args(dir), dir.path());
+    ASSERT_GT(pid, 0);
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
+    ::kill(pid, SIGKILL);
+    const auto r = finish_strata(pid, dir.path());
+    if (r.exit_code == 0) {
+      // It finished before the kill: the output is complete; start over.
+      EXPECT_EQ(read_text(dir.file("out.jsonl")), want_);
+      fs::remove(dir.file("out.jsonl"));
+      done = 0;
+      continue;
+    }
+    ++kills;
+    EXPECT_FALSE(fs::exists(dir.file("out.jsonl")))
+        << "a killed run left a complete-looking output";
+    if (!fs::exists(dir.file("od/manifest.json"))) ++before_pack;
+    done = check_partial(dir.file("out.jsonl.partial"), kPrompts);
+    if (done > 0) ++with_records;
+  }
+  std::printf("kills: %d (%d before the pack was complete, %d after records were written)\n", kills,
+              before_pack, with_records);
+  EXPECT_EQ(kills, 20) << "too few runs were killed: the run is shorter than the delays";
+  EXPECT_GE(before_pack, 1) << "no kill landed before the pack was complete";
+  EXPECT_GE(with_records, 1) << "no kill landed after a record was written";
+  const auto r = run_strata(generate_args(dir), dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_text(dir.file("out.jsonl")), want_);
+  EXPECT_FALSE(fs::exists(dir.file("out.jsonl.partial")));
+}
+
+TEST_F(CrashResume, TornLastLineIsDroppedWithAWarning) {
+  ScratchDir dir;
+  write_text(dir.file("p.txt"), prompts(kPrompts));
+  // A run stopped by a fault after some records, then its last record cut
+  // in the middle as a crash inside the write would leave it.
+  auto r =
+      run_strata(generate_args(dir), dir.path(), {"STRATA_DISK_FAULT=eio:read:150:weights.bin"});
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  const std::string partial = dir.file("out.jsonl.partial");
+  std::string content = read_text(partial);
+  const size_t n = check_partial(partial, kPrompts);
+  ASSERT_GE(n, 1u) << "the fault came before any record; move it later";
+  ASSERT_EQ(content.back(), '\n');
+  const size_t last = content.rfind('\n', content.size() - 2);
+  content.resize(last + 1 + (content.size() - last) / 2);
+  write_text(partial, content);
+  EXPECT_EQ(check_partial(partial, kPrompts), n - 1);
+  r = run_strata(generate_args(dir), dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("[warning]"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("dropping an incomplete last line"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(dir.file("out.jsonl")), want_);
+}
+
+struct FaultCase {
+  const char* name;
+  const char* spec;  // STRATA_DISK_FAULT
+  bool kv_on_disk;
+  const char* file;  // what the error line must name
+  const char* op;    // and the operation
+  bool threads;      // the pread/pwrite fallback instead of io_uring
+};
+
+class DiskFaultCli : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(DiskFaultCli, OneLineExitOneWholeRecordsAndResume) {
+  const FaultCase& c = GetParam();
+  ScratchDir ref, dir;
+  for (const ScratchDir* d : {&ref, &dir}) write_text(d->file("p.txt"), prompts(8));
+  std::vector<std::string> env;
+  if (c.threads) env.push_back("STRATA_DISABLE_IO_URING=1");
+  auto r = run_strata(generate_args(ref, c.kv_on_disk), ref.path(), env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string want = read_text(ref.file("out.jsonl"));
+
+  env.push_back(std::string("STRATA_DISK_FAULT=") + c.spec);
+  r = run_strata(generate_args(dir, c.kv_on_disk), dir.path(), env);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const size_t at = r.err.find("strata: error:");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string line = r.err.substr(at);
+  EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << line;
+  EXPECT_NE(line.find(c.file), std::string::npos) << line;
+  EXPECT_NE(line.find(c.op), std::string::npos) << line;
+  EXPECT_FALSE(fs::exists(dir.file("out.jsonl")));
+  check_partial(dir.file("out.jsonl.partial"), 8);
+
+  env.pop_back();
+  r = run_strata(generate_args(dir, c.kv_on_disk), dir.path(), env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_text(dir.file("out.jsonl")), want);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, DiskFaultCli,
+    ::testing::Values(
+        FaultCase{"PackReadEio", "eio:read:60:weights.bin", false, "weights.bin", "read", false},
+        FaultCase{"PackReadEioThreads", "eio:read:60:weights.bin", false, "weights.bin", "read",
+                  true},
+        FaultCase{"PackShortRead", "short:read:40:weights.bin", false, "weights.bin",
+                  "past the end of the file", false},
+        FaultCase{"KvReadEio", "eio:read:30:strata-kv-", true, "strata-kv-", "read", false},
+        FaultCase{"KvStoreNoSpace", "enospc:write:30:strata-kv-", true, "strata-kv-", "write",
+                  false},
+        FaultCase{"KvStoreNoSpaceThreads", "enospc:write:30:strata-kv-", true, "strata-kv-",
+                  "write", true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace strata
