@@ -212,6 +212,7 @@ class OffloadEngine final : public Engine {
   // Transfers and compute of the executor's hooks.
   void load_weights(int64_t column, int32_t step);
   const std::byte* staged_weights(int64_t column, int32_t step);
+  void verify_disk_share(int64_t column, const std::byte* host);
   void load_kv(int64_t layer, int64_t k, int32_t step);
   void store_kv(int64_t layer, int64_t k, int32_t step);
   KvSlot& kv_slot_for(int64_t layer, int64_t k, int32_t step);
@@ -258,6 +259,8 @@ class OffloadEngine final : public Engine {
   WeightPlacement wplace_;
   std::optional<Pack> pack_;
   std::unique_ptr<PackMatrices> pack_map_;
+  // Columns whose disk share has had its checksums checked (on first read).
+  std::vector<uint8_t> column_verified_;
   DiskFile pack_file_;
   std::unique_ptr<DiskEngine> disk_engine_;
   std::unique_ptr<WeightStore> weights_;
@@ -860,11 +863,27 @@ void OffloadEngine::load_weights(int64_t column, int32_t step) {
   }
 }
 
+// The first read of a column's disk share in this run: its tensors against
+// the pack's checksums, in the host buffer the read landed in.
+void OffloadEngine::verify_disk_share(int64_t column, const std::byte* host) {
+  const UnitPlacement* u = weights_->disk_unit(column);
+  if (u == nullptr || !pack_) return;
+  if (column_verified_.empty()) column_verified_.assign(static_cast<size_t>(weights_->n_columns()), 0);
+  uint8_t& done = column_verified_[static_cast<size_t>(column)];
+  if (done) return;
+  const PackUnit* pu = pack_->find_unit(u->name);
+  STRATA_ASSERT(pu != nullptr);
+  const WeightStore::Read r = weights_->disk_read(column);
+  pack_->verify_tensors(*pu, u->first_disk, {host, r.bytes}, r.offset);
+  done = 1;
+}
+
 const std::byte* OffloadEngine::staged_weights(int64_t column, int32_t step) {
   if (!weights_->streams(column)) return nullptr;
   for (WeightSlot& s : wslots_) {
     if (s.column == column && s.step == step) {
       exec_->loads().wait(s.load);
+      verify_disk_share(column, s.mem.data());
       if (unified_) return s.mem.data();
       return wdev_[static_cast<size_t>(&s - wslots_.data())].as<std::byte>();
     }

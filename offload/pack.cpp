@@ -184,7 +184,8 @@ Json PackManifest::to_json() const {
                     {"shape", t.shape},
                     {"dtype", dtype_name(t.dtype)},
                     {"offset", t.offset},
-                    {"nbytes", t.nbytes}});
+                    {"nbytes", t.nbytes},
+                    {"checksum", checksum_to_string(t.checksum)}});
     }
     us.push_back({{"name", u.name},
                   {"layer", u.layer},
@@ -349,6 +350,7 @@ PackManifest parse_manifest_fields(const Json& j, const std::string& path,
       t.dtype = *dtype;
       t.offset = require_u64(to, "offset");
       t.nbytes = require_u64(to, "nbytes");
+      t.checksum = require_checksum(to, "checksum");
       const int64_t row = t.shape.back();
       if (!row_elems_ok(t.dtype, row)) {
         fail("{}: tensor '{}' rows of {} are not a multiple of the {} block", path, tn, row,
@@ -492,6 +494,30 @@ void Pack::verify_unit(const PackUnit& unit, std::span<const std::byte> bytes) c
     fail("{}: unit '{}' (offset {}, {} bytes) has checksum {} but the manifest says {}{}",
          weights_path(), unit.name, unit.offset, unit.length, checksum_to_string(h),
          checksum_to_string(unit.checksum), kDamaged);
+  }
+}
+
+void Pack::verify_tensor(const PackUnit& unit, const PackTensor& t, const std::byte* data) const {
+  const uint64_t h = xxh64(data, t.nbytes);
+  if (h == t.checksum) return;
+  // Set the manifest aside: the pack is no longer current, and the next run
+  // (or strata convert) builds it again instead of reading these bytes.
+  std::error_code ec;
+  std::filesystem::rename(manifest_path(), manifest_path() + ".damaged", ec);
+  fail("{}: tensor '{}' of unit '{}' ({} bytes at offset {}) has checksum {} but the manifest "
+       "says {}; the pack is damaged: {}",
+       weights_path(), t.name, unit.name, t.nbytes, t.offset, checksum_to_string(h),
+       checksum_to_string(t.checksum),
+       ec ? "rebuild it with strata convert --force"
+          : "its manifest was set aside, and the next run builds the pack again");
+}
+
+void Pack::verify_tensors(const PackUnit& unit, size_t first, std::span<const std::byte> bytes,
+                          uint64_t bytes_offset) const {
+  for (size_t k = first; k < unit.tensors.size(); ++k) {
+    const PackTensor& t = unit.tensors[k];
+    STRATA_ASSERT(t.offset >= bytes_offset && t.offset - bytes_offset + t.nbytes <= bytes.size());
+    verify_tensor(unit, t, bytes.data() + (t.offset - bytes_offset));
   }
 }
 

@@ -24,15 +24,18 @@
 //   config   the model config (ModelConfig fields)
 //   weights_file "weights.bin", weights_bytes, unit_align, tensor_align
 //   units    [{name, layer (-1 for globals), offset, length, checksum,
-//              tensors: [{name, shape, dtype, offset, nbytes}]}]
+//              tensors: [{name, shape, dtype, offset, nbytes, checksum}]}]
 // Offsets are absolute in weights.bin; length runs from the unit's offset to
-// the end of its last tensor; checksum is XXH64 over those bytes (padding
-// between tensors is zero and included).
+// the end of its last tensor; a unit's checksum is XXH64 over those bytes
+// (padding between tensors is zero and included), a tensor's over its nbytes.
+// The engine checks each tensor it reads from the pack the first time it
+// reads it (verify_tensors), so a damaged pack is caught before its bytes are
+// used, without a pass of its own over the file.
 //
 // Invariant: a Pack object exists only for a manifest whose every offset and
 // size was checked against the size of weights.bin and whose every tensor has
 // the bytes its shape and dtype imply. Checksums are checked on request
-// (verify), since that reads the whole file.
+// (verify), since that reads the whole file; tensors as they are first read.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +56,7 @@ class Model;
 struct ModelDesc;
 struct TensorInfo;
 
-inline constexpr int kPackFormatVersion = 1;
+inline constexpr int kPackFormatVersion = 2;  // 2: tensor checksums
 inline constexpr uint64_t kPackUnitAlign = 4096;
 inline constexpr uint64_t kPackTensorAlign = 4096;
 inline constexpr std::string_view kPackManifestName = "manifest.json";
@@ -65,6 +68,7 @@ struct PackTensor {
   DType dtype = DType::kF32;
   uint64_t offset = 0;  // absolute in weights.bin
   uint64_t nbytes = 0;
+  uint64_t checksum = 0;  // XXH64 of the nbytes bytes
 };
 
 struct PackUnit {
@@ -155,6 +159,15 @@ class Pack {
   void verify() const;  // with an engine of its own
   // Checks one unit's bytes (length bytes, read from its offset).
   void verify_unit(const PackUnit& unit, std::span<const std::byte> bytes) const;
+  // Checks tensors [first, n) of `unit` in `bytes`, which hold weights.bin
+  // from file offset `bytes_offset` on (a disk read of the unit's tail):
+  // Error naming the file, unit, tensor and offset on a mismatch, after
+  // setting the manifest aside (manifest.json.damaged) so that the next run
+  // rebuilds the pack instead of reading it again.
+  void verify_tensors(const PackUnit& unit, size_t first, std::span<const std::byte> bytes,
+                      uint64_t bytes_offset) const;
+  // Checks one tensor whose bytes are at `data` (a mapping of weights.bin).
+  void verify_tensor(const PackUnit& unit, const PackTensor& t, const std::byte* data) const;
 
   // Checks the pack's tensors against a model; Error naming the tensor.
   void check_against(const Model& model) const;

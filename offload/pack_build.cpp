@@ -245,10 +245,13 @@ Pack build_pack(const Model& model, const std::string& dir, const PackOptions& o
         const size_t gap = t.offset - w.pos();
         w.zeros(gap);
         h.update_zeros(gap);
+        Xxh64Stream th;
         const std::span<const std::byte> bytes = model.bytes(src);
         if (t.dtype == src.dtype) {
           w.append(bytes.data(), bytes.size());
           h.update(bytes.data(), bytes.size());
+          th.update(bytes.data(), bytes.size());
+          u.tensors[k].checksum = th.digest();
           continue;
         }
         const int64_t n = t.shape.back(), rows = src.n_elems() / n;
@@ -260,7 +263,9 @@ Pack build_pack(const Model& model, const std::string& dir, const PackOptions& o
           quantize_row(t.dtype, f32.data(), qrow.data(), n);
           w.append(qrow.data(), dst_row);
           h.update(qrow.data(), dst_row);
+          th.update(qrow.data(), dst_row);
         }
+        u.tensors[k].checksum = th.digest();
       }
       STRATA_ASSERT(w.pos() == u.offset + u.length);
       u.checksum = h.digest();

@@ -54,6 +54,18 @@ std::optional<MatrixView> PackMatrices::find(const TensorInfo& t) const {
   return m;
 }
 
+void PackMatrices::verify_matrices(const PackUnit& unit, size_t first, size_t last) const {
+  for (size_t k = first; k < last && k < unit.tensors.size(); ++k) {
+    const PackTensor& t = unit.tensors[k];
+    if (t.shape.size() != 2) continue;
+    if (!map_->in_bounds(t.offset, t.nbytes)) {
+      fail("{}: tensor {} ({} bytes at offset {}) does not fit the {} bytes of {}; rebuild the pack",
+           pack_.manifest_path(), t.name, t.nbytes, t.offset, map_->size(), pack_.weights_path());
+    }
+    pack_.verify_tensor(unit, t, map_->data() + t.offset);
+  }
+}
+
 MatrixSource PackMatrices::source() const {
   return [this](const TensorInfo& t) { return find(t); };
 }

@@ -41,6 +41,9 @@ class PackMatrices {
   std::optional<MatrixView> find(const TensorInfo& t) const;
   // find() as a MatrixSource; valid while this object lives.
   MatrixSource source() const;
+  // Checks the checksums of the 2-D tensors [first, last) of `unit` in the
+  // mapping (Pack::verify_tensor): those a run reads from RAM.
+  void verify_matrices(const PackUnit& unit, size_t first, size_t last) const;
   // Bytes of the pack's matrices (what the engine reads per forward).
   uint64_t matrix_bytes() const { return matrix_bytes_; }
 

@@ -64,6 +64,13 @@ WeightStore::WeightStore(const Model& model, Backend& backend, const WeightPlace
 
   columns_.resize(static_cast<size_t>(n_columns()));
   for (const UnitPlacement& u : placement_.units) {
+    // The RAM share read from a requantized pack's mapping: checked once
+    // here, before any compute reads it (the disk share is checked as the
+    // engine first reads it).
+    if (ram_source != nullptr) {
+      const PackUnit* pu = ram_source->pack().find_unit(u.name);
+      if (pu != nullptr) ram_source->verify_matrices(*pu, u.first_matrix, u.first_disk);
+    }
     if (host_memory_) {
       resident_matrix_bytes_ += u.matrix_bytes[static_cast<size_t>(Tier::kGpu)] +
                                 u.matrix_bytes[static_cast<size_t>(Tier::kCpu)];
