@@ -133,26 +133,34 @@ TEST_F(CrashResume, KilledAtTwentyMomentsAndResumedGivesTheSameBytes) {
   int kills = 0, before_pack = 0, with_records = 0;
   size_t done = 0;  // records in the .partial
   for (int i = 0; kills < 20 && i < 60; ++i) {
-    // Every fifth try starts without the pack and is killed early, so that
-    // some kills land while the pack is built; the others land anywhere in
+    // Every fifth try starts without the pack and is killed as soon as the
+    // pack's weights file is being written; the others land anywhere in
     // what is left of the run (a resumed run has less to do).
     const bool fresh_pack = i % 5 == 0;
     if (fresh_pack) fs::remove_all(dir.file("od"));
     const double left = static_cast<double>(kPrompts - done + 1) / (kPrompts + 1);
-    const double max_ms = fresh_pack ? 30.0 : run_ms_ * left;
-    const double delay_ms = std::uniform_real_distribution<double>(1.0, max_ms)(rng);
+    const double delay_ms = std::uniform_real_distribution<double>(1.0, run_ms_ * left)(rng);
     const pid_t pid = start_strata(generate_args(dir), dir.path());
     ASSERT_GT(pid, 0);
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
+    if (fresh_pack) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!fs::exists(dir.file("od/weights.bin.tmp")) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
+    }
     ::kill(pid, SIGKILL);
     const auto r = finish_strata(pid, dir.path());
-    if (r.exit_code == 0) {
-      // It finished before the kill: the output is complete; start over.
+    if (fs::exists(dir.file("out.jsonl"))) {
+      // It finished (or was killed after the output's rename): the output
+      // is complete; start over.
       EXPECT_EQ(read_text(dir.file("out.jsonl")), want_);
       fs::remove(dir.file("out.jsonl"));
+      fs::remove(dir.file("out.jsonl.partial"));
       done = 0;
       continue;
     }
+    EXPECT_NE(r.exit_code, 0) << "no output, yet the run succeeded:\n" << r.err;
     ++kills;
     EXPECT_FALSE(fs::exists(dir.file("out.jsonl")))
         << "a killed run left a complete-looking output";

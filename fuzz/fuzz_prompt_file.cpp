@@ -1,0 +1,11 @@
+// Prompt files: plain text and JSONL (the first byte of the input picks the
+// file name, and so the format rule by extension).
+#include "fuzz_input.h"
+#include "generate/prompt_file.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace strata;
+  if (size == 0) return 0;
+  const char* name = data[0] % 2 ? "prompts.jsonl" : "prompts.txt";
+  return fuzz::guarded([&] { (void)parse_prompt_file(name, fuzz::as_text(data + 1, size - 1)); });
+}
