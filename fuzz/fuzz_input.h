@@ -20,20 +20,23 @@
 
 namespace strata::fuzz {
 
-// A directory of this process's own under /dev/shm (or TMPDIR), made once.
+// A directory of this process's own under /dev/shm (or TMPDIR), made once
+// and removed at exit. The path is never destroyed (the exit handler runs
+// after static destructors would have).
 inline const std::string& scratch_dir() {
-  static const std::string dir = [] {
+  static const std::string* dir = [] {
     namespace fs = std::filesystem;
     const fs::path base = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
     const fs::path d = base / ("strata-fuzz-" + std::to_string(::getpid()));
     fs::create_directories(d);
+    auto* s = new std::string(d.string());
     std::atexit([] {
       std::error_code ec;
       std::filesystem::remove_all(scratch_dir(), ec);
     });
-    return d.string();
+    return s;
   }();
-  return dir;
+  return *dir;
 }
 
 // Writes `size` bytes to scratch_dir()/name (replacing it) and returns the path.

@@ -3,6 +3,10 @@
 // that the OS saves the vector state).
 #include "quant/isa.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
@@ -21,17 +25,31 @@ std::string_view quant_isa_name(QuantIsa isa) {
   return "?";
 }
 
+namespace {
+
+#if defined(__x86_64__)
+// F16C (CPUID leaf 1, ECX bit 29): asked of CPUID directly, since not every
+// compiler's __builtin_cpu_supports knows "f16c" (clang 14 does not). AVX2
+// or AVX-512 being usable already implies the OS saves the YMM state F16C uses.
+bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+#endif
+
+}  // namespace
+
 bool quant_isa_supported(QuantIsa isa) {
   switch (isa) {
     case QuantIsa::kScalar:
       return true;
 #if defined(__x86_64__)
     case QuantIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && has_f16c();
     case QuantIsa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("f16c");
+             has_f16c();
 #else
     default:
       return false;
