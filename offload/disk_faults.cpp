@@ -63,28 +63,24 @@ DiskFault parse_disk_fault(const std::string& spec, const std::string& what) {
   };
   if (parts.size() < 3) return bad("too few fields");
   DiskFault f;
-  const std::string& kind = parts[0];
-  if (kind == "eio") {
-    f.kind = DiskFaultKind::kIoError;
-  } else if (kind == "short") {
-    f.kind = DiskFaultKind::kShortRead;
-  } else if (kind == "partial") {
-    f.kind = DiskFaultKind::kPartial;
-  } else if (kind == "enospc") {
-    f.kind = DiskFaultKind::kNoSpace;
-  } else {
-    return bad("unknown kind '" + kind + "'");
-  }
-  const std::string& op = parts[1];
-  if (op == "read") {
-    f.op = DiskFaultOp::kRead;
-  } else if (op == "write") {
-    f.op = DiskFaultOp::kWrite;
-  } else if (op == "any") {
-    f.op = DiskFaultOp::kAny;
-  } else {
-    return bad("unknown operation '" + op + "'");
-  }
+  static const std::pair<const char*, DiskFaultKind> kKinds[] = {
+      {"eio", DiskFaultKind::kIoError},
+      {"short", DiskFaultKind::kShortRead},
+      {"partial", DiskFaultKind::kPartial},
+      {"enospc", DiskFaultKind::kNoSpace}};
+  static const std::pair<const char*, DiskFaultOp> kOps[] = {
+      {"read", DiskFaultOp::kRead}, {"write", DiskFaultOp::kWrite}, {"any", DiskFaultOp::kAny}};
+  auto lookup = [](const auto& table, const std::string& name) {
+    for (const auto& [n, v] : table)
+      if (name == n) return std::optional(v);
+    return std::optional<decltype(table[0].second)>();
+  };
+  const auto kind = lookup(kKinds, parts[0]);
+  if (!kind) return bad("unknown kind '" + parts[0] + "'");
+  const auto op = lookup(kOps, parts[1]);
+  if (!op) return bad("unknown operation '" + parts[1] + "'");
+  f.kind = *kind;
+  f.op = *op;
   if (f.kind == DiskFaultKind::kShortRead && f.op != DiskFaultOp::kRead)
     return bad("a short read needs OP read");
   if (f.kind == DiskFaultKind::kNoSpace && f.op != DiskFaultOp::kWrite)

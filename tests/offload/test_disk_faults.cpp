@@ -17,10 +17,7 @@
 namespace strata {
 namespace {
 
-using offload_test::pattern;
-using offload_test::read_file;
-using offload_test::write_file;
-using test_files::TempDir;
+namespace ot = offload_test;
 
 struct Disarm {
   ~Disarm() { disarm_disk_fault(); }
@@ -48,11 +45,11 @@ class DiskFaultTest : public ::testing::TestWithParam<bool> {
   bool uring() const { return GetParam(); }
   void SetUp() override {
     path_ = dir_ / "weights.bin";
-    data_ = pattern(kBytes, 7);
-    write_file(path_, data_);
+    data_ = ot::pattern(kBytes, 7);
+    ot::write_file(path_, data_);
   }
   static constexpr size_t kBytes = size_t{256} << 10;
-  TempDir dir_;
+  test_files::TempDir dir_;
   std::string path_;
   std::vector<std::byte> data_;
   Disarm disarm_;
@@ -96,11 +93,11 @@ TEST_P(DiskFaultTest, PartialIoIsResubmittedAndCorrect) {
   EXPECT_EQ(disk_faults_fired(), 1u);
   EXPECT_EQ(buf, data_);
   // A write cut in two the same way lands whole.
-  const std::vector<std::byte> other = pattern(kBytes, 9);
+  const std::vector<std::byte> other = ot::pattern(kBytes, 9);
   arm_disk_fault({DiskFaultKind::kPartial, DiskFaultOp::kWrite, 1, ""});
   e.write_sync(f, 0, other.data(), other.size());
   EXPECT_EQ(disk_faults_fired(), 1u);
-  EXPECT_EQ(read_file(path_), other);
+  EXPECT_EQ(ot::read_file(path_), other);
 }
 
 TEST_P(DiskFaultTest, NoSpaceOnAWriteNamesFileAndSaysTheDiskIsFull) {
