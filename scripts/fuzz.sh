@@ -66,7 +66,8 @@ for t in "${targets[@]}"; do
   log=build-fuzz/fuzz-$t.log
   limit=(-max_total_time="$seconds")
   [ -z "$runs" ] || limit=(-runs="$runs")
-  echo "fuzz: $t (${runs:+$runs runs}${runs:-$seconds s}, $jobs job(s))"
+  if [ -n "$runs" ]; then what="$runs runs"; else what="$seconds s"; fi
+  echo "fuzz: $t ($what, $jobs job(s))"
   set +e
   if [ "$jobs" -gt 1 ]; then
     [ -n "$runs" ] && limit=(-runs="$(( runs / jobs ))")
