@@ -874,7 +874,9 @@ void OffloadEngine::verify_disk_share(int64_t column, const std::byte* host) {
   const PackUnit* pu = pack_->find_unit(u->name);
   STRATA_ASSERT(pu != nullptr);
   const WeightStore::Read r = weights_->disk_read(column);
-  pack_->verify_tensors(*pu, u->first_disk, {host, r.bytes}, r.offset);
+  if (auto bad = pack_->check_tensors(*pu, u->first_disk, {host, r.bytes}, r.offset)) {
+    pack_->fail_damaged(*bad);
+  }
   done = 1;
 }
 

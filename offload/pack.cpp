@@ -497,28 +497,33 @@ void Pack::verify_unit(const PackUnit& unit, std::span<const std::byte> bytes) c
   }
 }
 
-void Pack::verify_tensor(const PackUnit& unit, const PackTensor& t, const std::byte* data) const {
+std::optional<std::string> Pack::check_tensor(const PackUnit& unit, const PackTensor& t,
+                                              const std::byte* data) const {
   const uint64_t h = xxh64(data, t.nbytes);
-  if (h == t.checksum) return;
-  // Set the manifest aside: the pack is no longer current, and the next run
-  // (or strata convert) builds it again instead of reading these bytes.
-  std::error_code ec;
-  std::filesystem::rename(manifest_path(), manifest_path() + ".damaged", ec);
-  fail("{}: tensor '{}' of unit '{}' ({} bytes at offset {}) has checksum {} but the manifest "
-       "says {}; the pack is damaged: {}",
-       weights_path(), t.name, unit.name, t.nbytes, t.offset, checksum_to_string(h),
-       checksum_to_string(t.checksum),
-       ec ? "rebuild it with strata convert --force"
-          : "its manifest was set aside, and the next run builds the pack again");
+  if (h == t.checksum) return std::nullopt;
+  return fmt::format("tensor '{}' of unit '{}' ({} bytes at offset {}) has checksum {} but the "
+                     "manifest says {}",
+                     t.name, unit.name, t.nbytes, t.offset, checksum_to_string(h),
+                     checksum_to_string(t.checksum));
 }
 
-void Pack::verify_tensors(const PackUnit& unit, size_t first, std::span<const std::byte> bytes,
-                          uint64_t bytes_offset) const {
+std::optional<std::string> Pack::check_tensors(const PackUnit& unit, size_t first,
+                                               std::span<const std::byte> bytes,
+                                               uint64_t bytes_offset) const {
   for (size_t k = first; k < unit.tensors.size(); ++k) {
     const PackTensor& t = unit.tensors[k];
     STRATA_ASSERT(t.offset >= bytes_offset && t.offset - bytes_offset + t.nbytes <= bytes.size());
-    verify_tensor(unit, t, bytes.data() + (t.offset - bytes_offset));
+    if (auto bad = check_tensor(unit, t, bytes.data() + (t.offset - bytes_offset))) return bad;
   }
+  return std::nullopt;
+}
+
+void Pack::fail_damaged(const std::string& mismatch) const {
+  std::error_code ec;
+  std::filesystem::rename(manifest_path(), manifest_path() + ".damaged", ec);
+  fail("{}: {}; the pack is damaged: {}", weights_path(), mismatch,
+       ec ? "rebuild it with strata convert --force"
+          : "its manifest was set aside, and the next run builds the pack again");
 }
 
 void Pack::verify(DiskEngine& engine) const {

@@ -29,7 +29,7 @@
 // the end of its last tensor; a unit's checksum is XXH64 over those bytes
 // (padding between tensors is zero and included), a tensor's over its nbytes.
 // The engine checks each tensor it reads from the pack the first time it
-// reads it (verify_tensors), so a damaged pack is caught before its bytes are
+// reads it (check_tensors), so a damaged pack is caught before its bytes are
 // used, without a pass of its own over the file.
 //
 // Invariant: a Pack object exists only for a manifest whose every offset and
@@ -160,14 +160,21 @@ class Pack {
   // Checks one unit's bytes (length bytes, read from its offset).
   void verify_unit(const PackUnit& unit, std::span<const std::byte> bytes) const;
   // Checks tensors [first, n) of `unit` in `bytes`, which hold weights.bin
-  // from file offset `bytes_offset` on (a disk read of the unit's tail):
-  // Error naming the file, unit, tensor and offset on a mismatch, after
-  // setting the manifest aside (manifest.json.damaged) so that the next run
-  // rebuilds the pack instead of reading it again.
-  void verify_tensors(const PackUnit& unit, size_t first, std::span<const std::byte> bytes,
-                      uint64_t bytes_offset) const;
-  // Checks one tensor whose bytes are at `data` (a mapping of weights.bin).
-  void verify_tensor(const PackUnit& unit, const PackTensor& t, const std::byte* data) const;
+  // from file offset `bytes_offset` on (a disk read of the unit's tail).
+  // Returns the first mismatch ("tensor 'x' of unit 'y' (n bytes at offset
+  // o) has checksum a but the manifest says b"), nothing when all match.
+  // Only reports: the caller decides what a damaged pack means (fail_damaged).
+  std::optional<std::string> check_tensors(const PackUnit& unit, size_t first,
+                                           std::span<const std::byte> bytes,
+                                           uint64_t bytes_offset) const;
+  // The same for one tensor whose bytes are at `data` (a mapping of weights.bin).
+  std::optional<std::string> check_tensor(const PackUnit& unit, const PackTensor& t,
+                                          const std::byte* data) const;
+  // Ends a run that found the pack damaged (`mismatch` from a check): sets
+  // the manifest aside (manifest.json.damaged), so that the next run builds
+  // the pack again instead of reading these bytes, and throws Error naming
+  // weights.bin and the mismatch.
+  [[noreturn]] void fail_damaged(const std::string& mismatch) const;
 
   // Checks the pack's tensors against a model; Error naming the tensor.
   void check_against(const Model& model) const;

@@ -62,7 +62,7 @@ void PackMatrices::verify_matrices(const PackUnit& unit, size_t first, size_t la
       fail("{}: tensor {} ({} bytes at offset {}) does not fit the {} bytes of {}; rebuild the pack",
            pack_.manifest_path(), t.name, t.nbytes, t.offset, map_->size(), pack_.weights_path());
     }
-    pack_.verify_tensor(unit, t, map_->data() + t.offset);
+    if (auto bad = pack_.check_tensor(unit, t, map_->data() + t.offset)) pack_.fail_damaged(*bad);
   }
 }
 

@@ -123,12 +123,17 @@ void OutputFile::open_partial() {
   if (header_end == std::string::npos) {
     // New, or interrupted before its header was complete: start it afresh.
     if (!content.empty()) spdlog::warn("{}: no complete header line; starting it afresh", pp);
-    if (::ftruncate(partial_.fd, 0) != 0) fail("{}: cannot truncate: {}", pp, std::strerror(errno));
-    write_all(partial_.fd, partial_header(identity_) + "\n", pp);
-    if (::fdatasync(partial_.fd) != 0) fail("{}: cannot sync: {}", pp, std::strerror(errno));
+    start_afresh();
     return;
   }
   load_partial(content);
+}
+
+void OutputFile::start_afresh() {
+  const std::string pp = partial_path();
+  if (::ftruncate(partial_.fd, 0) != 0) fail("{}: cannot truncate: {}", pp, std::strerror(errno));
+  write_all(partial_.fd, partial_header(identity_) + "\n", pp);
+  if (::fdatasync(partial_.fd) != 0) fail("{}: cannot sync: {}", pp, std::strerror(errno));
 }
 
 void OutputFile::load_partial(const std::string& content) {
@@ -155,9 +160,7 @@ void OutputFile::load_partial(const std::string& content) {
     // Another job's header with no record after it (a run killed before its
     // first record): nothing is lost by starting afresh.
     spdlog::info("{}: holds no records of another job; starting it afresh", pp);
-    if (::ftruncate(partial_.fd, 0) != 0) fail("{}: cannot truncate: {}", pp, std::strerror(errno));
-    write_all(partial_.fd, partial_header(identity_) + "\n", pp);
-    if (::fdatasync(partial_.fd) != 0) fail("{}: cannot sync: {}", pp, std::strerror(errno));
+    start_afresh();
     return;
   }
   if (field("prompts_hash") != hex64(identity_.prompts_hash)) {

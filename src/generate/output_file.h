@@ -69,6 +69,8 @@ class OutputFile {
  private:
   void open_partial();
   void load_partial(const std::string& content);
+  // Truncates the partial file to a fresh header of this job.
+  void start_afresh();
 
   // Closes the .partial (and so releases its lock) however the object ends,
   // a constructor that throws included.
