@@ -53,7 +53,6 @@ int run(const Options& o) {
   eo.gpu_batch_size = 1;
   eo.threads = o.threads;
   eo.device = o.device;
-  place_everything_on_device(eo);
   o.compression.apply(eo);
   spdlog::info("perplexity: KV {}, weights {}", dtype_name(eo.kv_dtype),
                eo.weight_dtype ? dtype_name(*eo.weight_dtype) : "as stored");

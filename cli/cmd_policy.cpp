@@ -99,12 +99,10 @@ void print_text(const ModelShape& shape, const HardwareProfile& hw, const Worklo
                  ? fmt::format(", sparse attention over {} tokens", p.sparse_attention_budget)
                  : std::string());
   fmt::print("\nplacement          gpu       cpu      disk\n");
-  auto row = [](const char* name, double g, double c) {
-    fmt::print("  {:<12}{:>9} {:>9} {:>9}\n", name, pct(g), pct(c), pct(std::max(0.0, 1 - g - c)));
-  };
-  row("weights", p.w_gpu, p.w_cpu);
-  row("KV cache", p.kv_gpu, p.kv_cpu);
-  row("activations", p.act_gpu, p.act_cpu);
+  for (const DataKind k : {DataKind::kWeights, DataKind::kKv, DataKind::kAct}) {
+    fmt::print("  {:<12}{:>9} {:>9} {:>9}\n", data_kind_name(k), pct(p.placement.on(k, Tier::kGpu)),
+               pct(p.placement.on(k, Tier::kCpu)), pct(p.placement.disk(k)));
+  }
 
   fmt::print("\nmemory (peak)      gpu       cpu      disk\n");
   auto mem_row = [&](const char* name, auto get) {
@@ -172,24 +170,8 @@ int run_policy(const PolicyArgs& a) {
   std::optional<Compression> cw, ckv;
   if (!a.compress_weight.empty()) cw = parse_compression(a.compress_weight, "--compress-weight");
   if (!a.compress_kv.empty()) ckv = parse_compression(a.compress_kv, "--compress-kv");
-  std::optional<Fractions> percent;
-  if (!a.percent.empty()) {
-    Fractions x{};
-    static const char* kNames[] = {"W_GPU", "W_CPU", "KV_GPU", "KV_CPU", "ACT_GPU", "ACT_CPU"};
-    for (int i = 0; i < kNumFracs; ++i) {
-      if (!(a.percent[i] >= 0 && a.percent[i] <= 100)) {
-        fail("--percent: {} {} is not a percentage from 0 to 100", kNames[i], a.percent[i]);
-      }
-      x[i] = a.percent[i] / 100;
-    }
-    for (int k = 0; k < 3; ++k) {
-      if (x[2 * k] + x[2 * k + 1] > 1 + 1e-9) {
-        fail("--percent: {} {} + {} {} is more than 100; disk holds the rest", kNames[2 * k],
-             a.percent[2 * k], kNames[2 * k + 1], a.percent[2 * k + 1]);
-      }
-    }
-    percent = x;
-  }
+  std::optional<Placement> percent;
+  if (!a.percent.empty()) percent = Placement::from_percent(a.percent);
 
   Policy policy;
   Prediction pr;
@@ -199,7 +181,7 @@ int run_policy(const PolicyArgs& a) {
   if (!a.policy_file.empty() || all_given) {
     // Evaluate one fixed policy: the file's, with any flag overriding its field.
     if (!a.policy_file.empty()) policy = load_policy(a.policy_file);
-    if (percent) set_fractions(policy, *percent);
+    if (percent) policy.placement = *percent;
     if (a.gpu_batch_size) policy.gpu_batch_size = *a.gpu_batch_size;
     if (a.num_gpu_batches) policy.num_gpu_batches = *a.num_gpu_batches;
     if (a.cpu_attention >= 0) policy.cpu_attention = a.cpu_attention == 1;
@@ -218,7 +200,7 @@ int run_policy(const PolicyArgs& a) {
     if (ckv) opts.compress_kv = *ckv;
     opts.sparse_attention_budget = a.sparse_budget.value_or(0);
     if (percent) {
-      for (int i = 0; i < kNumFracs; ++i) opts.fixed[i] = (*percent)[i];
+      for (int i = 0; i < kNumShares; ++i) opts.fixed[i] = percent->share[i];
     }
     opts.max_block_size = a.max_block;
     const SearchResult r = search_policy(shape, hw, work, budgets, opts);

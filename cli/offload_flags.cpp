@@ -25,6 +25,7 @@
 #include "offload/measure.h"
 #include "offload/trace.h"
 #include "policy/cost_model.h"
+#include "policy/report_json.h"
 #include "policy/search.h"
 
 namespace strata::cli {
@@ -149,10 +150,6 @@ std::optional<DType> dtype_of(const Compression& c, const char* what) {
   return t;
 }
 
-std::string pct(double f) {
-  return fmt::format("{:.4g}%", 100 * std::max(0.0, f));
-}
-
 }  // namespace
 
 ModelShape model_shape_of(const Model& model) {
@@ -252,26 +249,8 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
     eo.trace = trace;
   }
 
-  std::optional<std::array<double, 6>> fixed;
-  if (!percent.empty()) {
-    static const char* kNames[] = {"W_GPU", "W_CPU", "KV_GPU", "KV_CPU", "ACT_GPU", "ACT_CPU"};
-    std::array<double, 6> x{};
-    for (int i = 0; i < 6; ++i) {
-      if (!(percent[static_cast<size_t>(i)] >= 0 && percent[static_cast<size_t>(i)] <= 100)) {
-        fail("--percent: {} {} is not a percentage from 0 to 100", kNames[i],
-             percent[static_cast<size_t>(i)]);
-      }
-      x[static_cast<size_t>(i)] = percent[static_cast<size_t>(i)] / 100;
-    }
-    for (int k = 0; k < 3; ++k) {
-      if (x[static_cast<size_t>(2 * k)] + x[static_cast<size_t>(2 * k + 1)] > 1 + 1e-9) {
-        fail("--percent: {} {} + {} {} is more than 100; disk holds the rest", kNames[2 * k],
-             percent[static_cast<size_t>(2 * k)], kNames[2 * k + 1],
-             percent[static_cast<size_t>(2 * k + 1)]);
-      }
-    }
-    fixed = x;
-  }
+  std::optional<Placement> fixed;
+  if (!percent.empty()) fixed = Placement::from_percent(percent);
 
   Policy p;
   p.gpu_batch_size = eo.gpu_batch_size;
@@ -320,30 +299,28 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
       // What this engine runs on a GPU: activations on the device; KV pages
       // on the device or on disk with attention on the device, or (with
       // --cpu-attention) in RAM or on disk with attention on the CPU.
-      so.fixed[4] = 1;  // ACT_GPU
-      so.fixed[5] = 0;  // ACT_CPU
+      so.fixed[static_cast<size_t>(Share::kActGpu)] = 1;
+      so.fixed[static_cast<size_t>(Share::kActCpu)] = 0;
       if (cpu_attention) {
-        so.fixed[2] = 0;  // KV_GPU
+        so.fixed[static_cast<size_t>(Share::kKvGpu)] = 0;
       } else {
-        so.fixed[3] = 0;  // KV_CPU
+        so.fixed[static_cast<size_t>(Share::kKvCpu)] = 0;
         so.cpu_attention = false;
       }
     }
     so.compress_weight = p.compress_weight;
     so.compress_kv = p.compress_kv;
     if (fixed) {
-      for (int i = 0; i < 6; ++i) so.fixed[i] = (*fixed)[static_cast<size_t>(i)];
+      for (size_t i = 0; i < kNumShares; ++i) so.fixed[i] = fixed->share[i];
     }
     so.max_block_size = std::max<int64_t>(1, run.max_block);
     const SearchResult r = search_policy(shape, hw, work, b, so);
     p = normalize_policy(r.policy, hw);
     spdlog::info(
-        "policy auto: {} on {} for prompt {} + gen {}: gpu batch {} x {} batches, weights "
-        "{}/{}/{}, KV {}/{}/{}, activations {}/{}/{} (gpu/cpu/disk); predicted {:.1f} tok/s "
-        "total, bound {} ({} LPs; budgets RAM {}, disk {})",
+        "policy auto: {} on {} for prompt {} + gen {}: gpu batch {} x {} batches, {}; "
+        "predicted {:.1f} tok/s total, bound {} ({} LPs; budgets RAM {}, disk {})",
         shape.name, hw.name, work.prompt_len, work.gen_len, p.gpu_batch_size, p.num_gpu_batches,
-        pct(p.w_gpu), pct(p.w_cpu), pct(p.w_disk()), pct(p.kv_gpu), pct(p.kv_cpu),
-        pct(p.kv_disk()), pct(p.act_gpu), pct(p.act_cpu), pct(p.act_disk()),
+        p.placement.describe(),
         r.prediction.total_tokens_per_s,
         r.prediction.bound_phase == Phase::kPrefill ? r.prediction.bound_prefill
                                                     : r.prediction.bound_decode,
@@ -357,16 +334,9 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
     } else {
       source = "flags";
       // Everything where the device computes unless --percent says otherwise.
-      if (!fixed) fixed = resident_fractions(device);
+      p.placement = Placement{};
     }
-    if (fixed) {
-      p.w_gpu = (*fixed)[0];
-      p.w_cpu = (*fixed)[1];
-      p.kv_gpu = (*fixed)[2];
-      p.kv_cpu = (*fixed)[3];
-      p.act_gpu = (*fixed)[4];
-      p.act_cpu = (*fixed)[5];
-    }
+    if (fixed) p.placement = *fixed;
     if (gpu_batch_size) p.gpu_batch_size = *gpu_batch_size;
     if (num_gpu_batches) p.num_gpu_batches = *num_gpu_batches;
     if (cpu_attention) p.cpu_attention = true;
@@ -380,12 +350,7 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
 
   eo.gpu_batch_size = p.gpu_batch_size;
   eo.num_gpu_batches = p.num_gpu_batches;
-  eo.w_gpu = p.w_gpu;
-  eo.w_cpu = p.w_cpu;
-  eo.kv_gpu = p.kv_gpu;
-  eo.kv_cpu = p.kv_cpu;
-  eo.act_gpu = p.act_gpu;
-  eo.act_cpu = p.act_cpu;
+  eo.placement = p.placement;
   eo.cpu_attention = p.cpu_attention;
   if (!eo.weight_dtype) eo.weight_dtype = dtype_of(p.compress_weight, "compress_weight");
   if (!is_quantized(eo.kv_dtype)) {
@@ -396,21 +361,17 @@ void OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShape& 
 }
 
 nlohmann::ordered_json OffloadFlags::report_policy(const EngineOptions& eo) const {
-  // Fractions as placed; rounding residue (1 - g - c) is not a share.
-  auto clean = [](double x) { return std::fabs(x) < 1e-9 ? 0.0 : x; };
-  auto tiers = [&](double g, double c) {
-    return nlohmann::ordered_json{
-        {"gpu", clean(g)}, {"cpu", clean(c)}, {"disk", clean(std::max(0.0, 1 - g - c))}};
-  };
   nlohmann::ordered_json j;
   j["source"] = source;
   j["device"] = eo.device;
   j["gpu_batch_size"] = eo.gpu_batch_size;
   j["num_gpu_batches"] = eo.num_gpu_batches;
   j["block_size"] = eo.gpu_batch_size * eo.num_gpu_batches;
-  j["weights"] = tiers(eo.w_gpu, eo.w_cpu);
-  j["kv_cache"] = tiers(eo.kv_gpu, eo.kv_cpu);
-  j["activations"] = tiers(eo.act_gpu, eo.act_cpu);
+  // As the device runs it (on the CPU device the gpu share is RAM: cpu).
+  const Placement placed = eo.placement.folded(parse_device_name(eo.device) < 0);
+  j["weights"] = tier_shares<nlohmann::ordered_json>(placed, DataKind::kWeights);
+  j["kv_cache"] = tier_shares<nlohmann::ordered_json>(placed, DataKind::kKv);
+  j["activations"] = tier_shares<nlohmann::ordered_json>(placed, DataKind::kAct);
   j["cpu_attention"] = eo.cpu_attention;
   j["offload_dir"] = eo.offload_dir;
   if (hardware_profile) j["hardware_profile"] = hardware_profile->name;

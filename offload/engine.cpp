@@ -60,21 +60,6 @@ EngineOptions validated(const EngineOptions& o) {
 
 }  // namespace
 
-std::array<double, 6> resident_fractions(const std::string& device) {
-  const double g = parse_device_name(device) >= 0 ? 1.0 : 0.0;
-  return {g, 1 - g, g, 1 - g, g, 1 - g};
-}
-
-void place_everything_on_device(EngineOptions& o) {
-  const std::array<double, 6> f = resident_fractions(o.device);
-  o.w_gpu = f[0];
-  o.w_cpu = f[1];
-  o.kv_gpu = f[2];
-  o.kv_cpu = f[3];
-  o.act_gpu = f[4];
-  o.act_cpu = f[5];
-}
-
 DType default_kv_dtype(DType compute_dtype) {
   return compute_dtype == DType::kF32 ? DType::kF32 : DType::kF16;
 }

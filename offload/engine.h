@@ -11,7 +11,6 @@
 // running it is the plain zig-zag loop.
 #pragma once
 
-#include <array>
 #include <memory>
 #include <string>
 
@@ -39,12 +38,6 @@ struct ComputeDevice;
 // checked, not opened).
 std::unique_ptr<Engine> make_engine(const Model& model, const EngineOptions& options,
                                     ComputeDevice device);
-
-// The placement "everything where the device computes" as the six
-// fractions W_GPU W_CPU KV_GPU KV_CPU ACT_GPU ACT_CPU: the gpu tier on a GPU
-// (device "cuda..."), RAM on the CPU; and the same set on `options`.
-std::array<double, 6> resident_fractions(const std::string& device);
-void place_everything_on_device(EngineOptions& options);
 
 // The KV dtype that goes with a compute dtype: f32 for f32 compute; f16 for
 // bf16 compute (same bytes as bf16 but 3 more mantissa bits, so the cache

@@ -18,9 +18,9 @@
 namespace strata {
 
 KvStore::KvStore(Backend& backend, const KvGeometry& geometry, uint64_t budget_bytes,
-                 const PlacementFractions& fractions)
-    : pool_(backend, geometry, budget_bytes), f_(fractions) {
-  validate_fractions(f_);
+                 const Placement& placement)
+    : pool_(backend, geometry, budget_bytes), f_(placement) {
+  f_.validate("placement");
   record_bytes_ = align_up(2 * geometry.page_bytes(), kDiskAlign);
 }
 

@@ -44,10 +44,10 @@ namespace strata {
 
 class KvStore {
  public:
-  // `budget_bytes`: the pool's budget (backed pages); `fractions` as folded
+  // `budget_bytes`: the pool's budget (backed pages); `placement` as folded
   // for the device. Throws Error as the pool does.
   KvStore(Backend& backend, const KvGeometry& geometry, uint64_t budget_bytes,
-          const PlacementFractions& fractions);
+          const Placement& placement);
   ~KvStore();
   KvStore(const KvStore&) = delete;
   KvStore& operator=(const KvStore&) = delete;
@@ -55,8 +55,8 @@ class KvStore {
   PagePool& pool() { return pool_; }
   const PagePool& pool() const { return pool_; }
   const KvGeometry& geometry() const { return pool_.geometry(); }
-  // True when the fractions put some pages on disk.
-  bool any_disk() const { return f_.kv_disk() > 1e-12; }
+  // True when the placement puts some pages on disk.
+  bool any_disk() const { return f_.disk(DataKind::kKv) > 1e-12; }
   Tier home_of_index(int64_t page_index) const { return kv_page_home(f_, page_index); }
 
   // ---- sequences ----
@@ -119,7 +119,7 @@ class KvStore {
   void release_page(int32_t page);
 
   PagePool pool_;
-  PlacementFractions f_;
+  Placement f_;
   std::vector<Seq> seqs_;
   std::vector<int32_t> free_ids_;
   int64_t n_live_ = 0;

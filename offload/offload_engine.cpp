@@ -54,17 +54,6 @@ KvGeometry kv_geometry(const ModelConfig& c, const EngineOptions& o) {
   return g;
 }
 
-PlacementFractions fractions_of(const EngineOptions& o) {
-  PlacementFractions f;
-  f.w_gpu = o.w_gpu;
-  f.w_cpu = o.w_cpu;
-  f.kv_gpu = o.kv_gpu;
-  f.kv_cpu = o.kv_cpu;
-  f.act_gpu = o.act_gpu;
-  f.act_cpu = o.act_cpu;
-  return f;
-}
-
 // Tokens the forward computes at once: a micro-batch's sequences are cut
 // into groups of at most this many tokens (a longer prompt is a group of its
 // own), which bounds the forward's scratch; matmuls are as efficient at this
@@ -253,7 +242,7 @@ class OffloadEngine final : public Engine {
   std::unique_ptr<TransferQueue> attn_q_;  // "cpu attention": one thread, jobs in order
   std::vector<uint64_t> attn_job_of_;      // [n_layer * n_mb] last job of each (layer, k)
   int64_t attn_pending_ = -1;              // micro-batch whose second half is not queued
-  PlacementFractions frac_;  // folded for the device
+  Placement frac_;  // folded for the device
   std::unique_ptr<TierPool> ram_, disk_;
   std::unique_ptr<TierPool> gpu_;  // device memory (accounting only); null when unified_
   WeightPlacement wplace_;
@@ -302,39 +291,38 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
       fwd_(backend_, model.config(), opt_.compute_dtype) {
   const ModelConfig& c = model.config();
   const bool unified = unified_;
-  PlacementFractions f = fractions_of(opt_);
-  validate_fractions(f);
-  frac_ = fold_for_device(f, unified);
-  if (frac_.act_disk() > 1e-12) {
+  opt_.placement.validate("placement");
+  frac_ = opt_.placement.folded(unified);
+  if (frac_.disk(DataKind::kAct) > 1e-12) {
     fail(
         "placement puts {:.4g}% of the activations on disk, which this engine does not support; "
         "keep them in RAM (--percent ... ACT_GPU ACT_CPU summing to 100)",
-        100 * frac_.act_disk());
+        100 * frac_.disk(DataKind::kAct));
   }
   if (!unified) {
     // On a device with memory of its own, activations and the KV pages the
     // ops read are in device memory; the off-device home of KV pages is the
     // disk (read into device staging per layer).
-    if (frac_.act_cpu > 1e-12) {
+    if (frac_[Share::kActCpu] > 1e-12) {
       fail(
           "placement keeps {:.4g}% of the activations in CPU RAM; on {} this engine keeps them in "
           "device memory: use ACT_GPU 100 ACT_CPU 0 (--percent W_GPU W_CPU KV_GPU KV_CPU 100 0)",
-          100 * frac_.act_cpu, backend_.name());
+          100 * frac_[Share::kActCpu], backend_.name());
     }
     cpu_attention_ = opt_.cpu_attention;
-    if (cpu_attention_ && frac_.kv_gpu > 1e-12) {
+    if (cpu_attention_ && frac_[Share::kKvGpu] > 1e-12) {
       fail(
           "--cpu-attention runs attention on the CPU over a KV cache in RAM and on disk, but the "
           "placement keeps {:.4g}% of it on {}: use KV_GPU 0 (--percent W_GPU W_CPU 0 KV_CPU "
           "ACT_GPU ACT_CPU)",
-          100 * frac_.kv_gpu, backend_.name());
+          100 * frac_[Share::kKvGpu], backend_.name());
     }
-    if (!cpu_attention_ && frac_.kv_cpu > 1e-12) {
+    if (!cpu_attention_ && frac_[Share::kKvCpu] > 1e-12) {
       fail(
           "placement keeps {:.4g}% of the KV cache in CPU RAM; on {} attention then runs on the "
           "CPU: add --cpu-attention (with KV_GPU 0), or use KV_CPU 0 to keep KV pages in device "
           "memory and on disk",
-          100 * frac_.kv_cpu, backend_.name());
+          100 * frac_[Share::kKvCpu], backend_.name());
     }
     if (cpu_attention_) {
       host_be_ = std::make_unique<CpuBackend>(opt_.threads);
@@ -364,7 +352,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
   po.weight_dtype = opt_.weight_dtype;
   wplace_ = place_weights(model.desc(), po, frac_);
   const KvGeometry geo = kv_geometry(c, opt_);
-  const bool kv_disk = frac_.kv_disk() > 1e-12;
+  const bool kv_disk = frac_.disk(DataKind::kKv) > 1e-12;
   const bool need_dir = wplace_.any_on_disk() || kv_disk || opt_.weight_dtype.has_value();
   if (need_dir && opt_.offload_dir.empty()) {
     fail("this placement keeps {} on disk but no offload directory was given; pass --offload-dir DIR",
@@ -506,7 +494,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
       opt_.weight_dtype ? dtype_name(*opt_.weight_dtype) : "as stored", dtype_name(opt_.kv_dtype),
       opt_.page_size, opt_.gpu_batch_size, opt_.num_gpu_batches);
   spdlog::info("engine: placement {}{}; RAM budget {} ({}), weights {} in RAM, {} on disk{}",
-               describe_fractions(frac_), unified ? " (the CPU device: gpu and cpu are RAM)" : "",
+               frac_.describe(), unified ? " (the CPU device: gpu and cpu are RAM)" : "",
                mb(ram_budget), ram_flags(),
                mb(wplace_.bytes(Tier::kGpu) + wplace_.bytes(Tier::kCpu)),
                mb(wplace_.bytes(Tier::kDisk)),

@@ -31,36 +31,6 @@ bool selects(double f, int64_t p) {
 
 }  // namespace
 
-void validate_fractions(const PlacementFractions& f) {
-  const std::pair<const char*, double> each[] = {{"weights on gpu", f.w_gpu},
-                                                 {"weights on cpu", f.w_cpu},
-                                                 {"KV cache on gpu", f.kv_gpu},
-                                                 {"KV cache on cpu", f.kv_cpu},
-                                                 {"activations on gpu", f.act_gpu},
-                                                 {"activations on cpu", f.act_cpu}};
-  for (const auto& [what, v] : each) {
-    if (!(v >= 0 && v <= 1)) fail("placement: {} is {}; a fraction must be in [0, 1]", what, v);
-  }
-  const std::tuple<const char*, double, double> kinds[] = {
-      {"weights", f.w_gpu, f.w_cpu}, {"KV cache", f.kv_gpu, f.kv_cpu},
-      {"activations", f.act_gpu, f.act_cpu}};
-  for (const auto& [what, g, c] : kinds) {
-    if (g + c > 1 + 1e-9) {
-      fail("placement: {} on gpu {} + cpu {} is more than 1; disk holds the rest", what, g, c);
-    }
-  }
-}
-
-PlacementFractions fold_for_device(const PlacementFractions& f, bool unified) {
-  if (!unified) return f;
-  PlacementFractions u = f;
-  u.w_cpu = std::min(1.0, f.w_gpu + f.w_cpu);
-  u.kv_cpu = std::min(1.0, f.kv_gpu + f.kv_cpu);
-  u.act_cpu = std::min(1.0, f.act_gpu + f.act_cpu);
-  u.w_gpu = u.kv_gpu = u.act_gpu = 0;
-  return u;
-}
-
 const UnitPlacement* WeightPlacement::find(const std::string& name) const {
   for (const UnitPlacement& u : units) {
     if (u.name == name) return &u;
@@ -94,12 +64,12 @@ bool WeightPlacement::any_on_disk() const {
 }
 
 WeightPlacement place_weights(const ModelDesc& desc, const PackOptions& options,
-                              const PlacementFractions& f) {
-  validate_fractions(f);
+                              const Placement& f) {
+  f.validate("placement");
   WeightPlacement wp;
   // Bytes placed so far on disk and on gpu, against the bytes seen so far.
   double seen = 0, placed_disk = 0, placed_gpu = 0;
-  const double disk = f.w_disk();
+  const double disk = f.disk(DataKind::kWeights);
   for (const PackLayoutUnit& lu : pack_layout(desc)) {
     UnitPlacement u;
     u.name = lu.name;
@@ -141,7 +111,7 @@ WeightPlacement place_weights(const ModelDesc& desc, const PackOptions& options,
     best_err = INFINITY;
     for (size_t k = u.first_matrix; k <= u.first_disk; ++k) {
       const double head = static_cast<double>(tail[u.first_matrix] - tail[k]);
-      const double err = std::fabs(placed_gpu + head - f.w_gpu * seen);
+      const double err = std::fabs(placed_gpu + head - f[Share::kWGpu] * seen);
       if (err < best_err - 1e-6) {
         best_err = err;
         u.first_cpu = k;
@@ -165,9 +135,9 @@ WeightPlacement place_weights(const ModelDesc& desc, const PackOptions& options,
   return wp;
 }
 
-Tier kv_page_home(const PlacementFractions& f, int64_t page_index) {
-  if (!selects(f.kv_gpu + f.kv_cpu, page_index)) return Tier::kDisk;
-  return selects(f.kv_gpu, page_index) ? Tier::kGpu : Tier::kCpu;
+Tier kv_page_home(const Placement& f, int64_t page_index) {
+  if (!selects(f[Share::kKvGpu] + f[Share::kKvCpu], page_index)) return Tier::kDisk;
+  return selects(f[Share::kKvGpu], page_index) ? Tier::kGpu : Tier::kCpu;
 }
 
 PageTier to_page_tier(Tier t) {
@@ -180,13 +150,6 @@ PageTier to_page_tier(Tier t) {
       return PageTier::kDisk;
   }
   return PageTier::kCpu;
-}
-
-std::string describe_fractions(const PlacementFractions& f) {
-  auto pct = [](double x) { return fmt::format("{:.4g}", 100 * std::max(0.0, x)); };
-  return fmt::format("weights {}/{}/{}%, KV {}/{}/{}%, activations {}/{}/{}% (gpu/cpu/disk)",
-                     pct(f.w_gpu), pct(f.w_cpu), pct(f.w_disk()), pct(f.kv_gpu), pct(f.kv_cpu),
-                     pct(f.kv_disk()), pct(f.act_gpu), pct(f.act_cpu), pct(f.act_disk()));
 }
 
 }  // namespace strata

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "core/placement.h"
 #include "kv/page_pool.h"
 #include "offload/pack.h"
 #include "offload/tier_pool.h"
@@ -44,24 +45,6 @@
 namespace strata {
 
 struct ModelDesc;
-
-// Fractions of each kind of data on the gpu and cpu tiers; disk = 1 - gpu - cpu.
-struct PlacementFractions {
-  double w_gpu = 0, w_cpu = 1;
-  double kv_gpu = 0, kv_cpu = 1;
-  double act_gpu = 0, act_cpu = 1;
-  double w_disk() const { return 1 - w_gpu - w_cpu; }
-  double kv_disk() const { return 1 - kv_gpu - kv_cpu; }
-  double act_disk() const { return 1 - act_gpu - act_cpu; }
-};
-
-// Throws Error naming the value when a fraction is outside [0, 1] or a
-// kind's gpu + cpu exceeds 1.
-void validate_fractions(const PlacementFractions& f);
-
-// The fractions as a device runs them: with `unified` memory (the compute
-// device computes on host RAM) the gpu shares fold into cpu.
-PlacementFractions fold_for_device(const PlacementFractions& f, bool unified);
 
 // One weight-pack unit: tensors [0, first_matrix) are vectors (resident),
 // [first_matrix, first_cpu) gpu, [first_cpu, first_disk) cpu, [first_disk, n) disk.
@@ -91,15 +74,13 @@ struct WeightPlacement {
 };
 
 // Places the matrices of `desc` as a pack built with `options` stores them.
+// Throws Error when the placement breaks its invariant.
 WeightPlacement place_weights(const ModelDesc& desc, const PackOptions& options,
-                              const PlacementFractions& fractions);
+                              const Placement& placement);
 
-// The home of page `page_index` of a sequence (rule above); fractions as
-// folded for the device (fold_for_device).
-Tier kv_page_home(const PlacementFractions& f, int64_t page_index);
+// The home of page `page_index` of a sequence (rule above); the placement
+// as folded for the device (Placement::folded).
+Tier kv_page_home(const Placement& p, int64_t page_index);
 PageTier to_page_tier(Tier t);
-
-// "weights 0/50/50%, KV 0/100/0%, activations 0/100/0% (gpu/cpu/disk)"
-std::string describe_fractions(const PlacementFractions& f);
 
 }  // namespace strata

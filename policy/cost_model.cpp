@@ -15,10 +15,6 @@ namespace {
 
 constexpr double kActBytes = 2;  // activations and uncompressed KV are f16
 
-int frac_index(DataKind kind, Tier tier) {
-  STRATA_ASSERT(tier != Tier::kDisk);
-  return static_cast<int>(kind) * 2 + (tier == Tier::kGpu ? 0 : 1);
-}
 
 // max(flops / rate, bytes / bandwidth); bandwidth 0 means no memory term.
 double roofline(double flops, double rate, double bytes, double bandwidth) {
@@ -36,31 +32,12 @@ std::string_view phase_name(Phase p) {
   return p == Phase::kPrefill ? "prefill" : "decode";
 }
 
-std::string_view frac_name(Frac f) {
-  static constexpr std::string_view kNames[] = {"w_gpu",  "w_cpu",   "kv_gpu",
-                                                "kv_cpu", "act_gpu", "act_cpu"};
-  return kNames[static_cast<int>(f)];
-}
-
-Fractions fractions_of(const Policy& p) {
-  return {p.w_gpu, p.w_cpu, p.kv_gpu, p.kv_cpu, p.act_gpu, p.act_cpu};
-}
-
-void set_fractions(Policy& p, const Fractions& x) {
-  p.w_gpu = x[0];
-  p.w_cpu = x[1];
-  p.kv_gpu = x[2];
-  p.kv_cpu = x[3];
-  p.act_gpu = x[4];
-  p.act_cpu = x[5];
-}
-
-double Affine::operator()(const Fractions& x) const {
+double Affine::operator()(const Placement& x) const {
   double v = constant;
   double magnitude = std::fabs(constant);
-  for (int i = 0; i < kNumFracs; ++i) {
-    v += coef[i] * x[i];
-    magnitude += std::fabs(coef[i] * x[i]);
+  for (int i = 0; i < kNumShares; ++i) {
+    v += coef[i] * x.share[i];
+    magnitude += std::fabs(coef[i] * x.share[i]);
   }
   // 1 - gpu - cpu at gpu + cpu = 1 leaves rounding residue, not a quantity.
   return std::fabs(v) <= 1e-12 * magnitude ? 0.0 : v;
@@ -68,7 +45,7 @@ double Affine::operator()(const Fractions& x) const {
 
 Affine& Affine::operator+=(const Affine& o) {
   constant += o.constant;
-  for (int i = 0; i < kNumFracs; ++i) coef[i] += o.coef[i];
+  for (int i = 0; i < kNumShares; ++i) coef[i] += o.coef[i];
   return *this;
 }
 
@@ -88,10 +65,10 @@ Affine share(DataKind kind, Tier tier) {
   Affine a;
   if (tier == Tier::kDisk) {
     a.constant = 1;
-    a.coef[frac_index(kind, Tier::kGpu)] = -1;
-    a.coef[frac_index(kind, Tier::kCpu)] = -1;
+    a.coef[static_cast<int>(share_of(kind, Tier::kGpu))] = -1;
+    a.coef[static_cast<int>(share_of(kind, Tier::kCpu))] = -1;
   } else {
-    a.coef[frac_index(kind, tier)] = 1;
+    a.coef[static_cast<int>(share_of(kind, tier))] = 1;
   }
   return a;
 }
@@ -102,7 +79,7 @@ Affine StepCost::bound_seconds(size_t b) const {
   return sum;
 }
 
-size_t StepCost::binding(const Fractions& x) const {
+size_t StepCost::binding(const Placement& x) const {
   size_t best = 0;
   double best_v = -1;
   for (size_t b = 0; b < bounds.size(); ++b) {
@@ -115,7 +92,7 @@ size_t StepCost::binding(const Fractions& x) const {
   return best;
 }
 
-std::string StepCost::bound_label(size_t b, const Fractions& x) const {
+std::string StepCost::bound_label(size_t b, const Placement& x) const {
   std::string out;
   bool compute = false;
   for (int t : bounds[b].terms) {
@@ -128,17 +105,17 @@ std::string StepCost::bound_label(size_t b, const Fractions& x) const {
   return out.empty() ? bounds[b].name : out;
 }
 
-double StepCost::seconds(const Fractions& x) const {
+double StepCost::seconds(const Placement& x) const {
   double best = 0;
   for (size_t b = 0; b < bounds.size(); ++b) best = std::max(best, bound_seconds(b)(x));
   return best;
 }
 
-double CostModel::prefill_seconds(const Fractions& x) const {
+double CostModel::prefill_seconds(const Placement& x) const {
   return static_cast<double>(shape.n_layer) * prefill_layer.seconds(x) + prefill_head.seconds(x);
 }
 
-double CostModel::decode_seconds(const Fractions& x) const {
+double CostModel::decode_seconds(const Placement& x) const {
   return static_cast<double>(work.gen_len - 1) *
          (static_cast<double>(shape.n_layer) * decode_layer.seconds(x) + decode_head.seconds(x));
 }
@@ -150,10 +127,7 @@ double CostModel::generated_tokens() const {
 Policy normalize_policy(const Policy& p, const HardwareProfile& hw) {
   if (!hw.unified_memory()) return p;
   Policy q = p;
-  q.w_cpu = std::min(1.0, q.w_cpu + q.w_gpu);
-  q.kv_cpu = std::min(1.0, q.kv_cpu + q.kv_gpu);
-  q.act_cpu = std::min(1.0, q.act_cpu + q.act_gpu);
-  q.w_gpu = q.kv_gpu = q.act_gpu = 0;
+  q.placement = p.placement.folded(true);
   q.cpu_attention = false;
   return q;
 }
@@ -366,9 +340,9 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   }
 
   if (unified) {
-    m.forced[static_cast<int>(Frac::kWGpu)] = 0;
-    m.forced[static_cast<int>(Frac::kKvGpu)] = 0;
-    m.forced[static_cast<int>(Frac::kActGpu)] = 0;
+    m.forced[static_cast<int>(Share::kWGpu)] = 0;
+    m.forced[static_cast<int>(Share::kKvGpu)] = 0;
+    m.forced[static_cast<int>(Share::kActGpu)] = 0;
   }
   return m;
 }
@@ -383,7 +357,7 @@ Prediction evaluate(const CostModel& m, const Policy& policy_in, const Budgets& 
                         policy.compress_kv == m.batch.compress_kv &&
                         policy.sparse_attention_budget == m.batch.sparse_attention_budget,
                     "cost model built for another batch shape");
-  const Fractions x = fractions_of(policy);
+  const Placement& x = policy.placement;
   Prediction p;
   const double B = static_cast<double>(policy.block_size());
   const double s = static_cast<double>(m.work.prompt_len);

@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/placement.h"
 #include "core/tier.h"
 #include "policy/hardware.h"
 #include "policy/model_shape.h"
@@ -64,22 +65,14 @@ enum class Phase { kPrefill, kDecode };
 inline constexpr int kNumPhases = 2;
 std::string_view phase_name(Phase p);  // "prefill", "decode"
 
-enum class DataKind { kWeights, kKv, kAct };
-
-// The six fractions the LP chooses, in Policy's order.
-enum class Frac { kWGpu, kWCpu, kKvGpu, kKvCpu, kActGpu, kActCpu };
-inline constexpr int kNumFracs = 6;
-using Fractions = std::array<double, kNumFracs>;
-Fractions fractions_of(const Policy& p);
-void set_fractions(Policy& p, const Fractions& x);
-std::string_view frac_name(Frac f);  // "w_gpu", ...
-
-// constant + sum_i coef[i] * x[i]
+// The linear program's variables are the six shares of a Placement
+// (core/placement.h), indexed by Share.
+// constant + sum_i coef[i] * x.share[i]
 struct Affine {
   double constant = 0;
-  std::array<double, kNumFracs> coef{};
+  std::array<double, kNumShares> coef{};
 
-  double operator()(const Fractions& x) const;
+  double operator()(const Placement& x) const;
   Affine& operator+=(const Affine& o);
   friend Affine operator+(Affine a, const Affine& b) { return a += b; }
   friend Affine operator*(double c, Affine a);
@@ -103,11 +96,11 @@ struct StepCost {
   std::vector<CostBound> bounds;
 
   Affine bound_seconds(size_t b) const;
-  double seconds(const Fractions& x) const;  // the largest bound
-  size_t binding(const Fractions& x) const;  // index of the largest bound
+  double seconds(const Placement& x) const;  // the largest bound
+  size_t binding(const Placement& x) const;  // index of the largest bound
   // The bound's name without its terms that are zero at x ("compute" rather
   // than "cpu->gpu + compute" when nothing crosses cpu->gpu).
-  std::string bound_label(size_t b, const Fractions& x) const;
+  std::string bound_label(size_t b, const Placement& x) const;
 };
 
 // Bytes one tier holds in one phase, by what they are. `buffers` are the
@@ -127,12 +120,12 @@ struct CostModel {
   Policy batch;  // batch sizes, cpu_attention, compression; its fractions are not used
   StepCost prefill_layer, prefill_head, decode_layer, decode_head;
   std::array<std::array<TierMemory, kNumPhases>, kNumTiers> memory;  // [tier][phase]
-  // Fractions the device fixes: with a CPU device the gpu tier is RAM and the
+  // Shares the device fixes: with a CPU device the gpu tier is RAM and the
   // gpu fractions are 0 (RAM-resident data counts as cpu).
-  std::array<std::optional<double>, kNumFracs> forced;
+  PlacementPins forced;
 
-  double prefill_seconds(const Fractions& x) const;  // one block
-  double decode_seconds(const Fractions& x) const;
+  double prefill_seconds(const Placement& x) const;  // one block
+  double decode_seconds(const Placement& x) const;
   double generated_tokens() const;  // B * n per block
 };
 

@@ -19,14 +19,14 @@ constexpr double kKeepOptimum = 1e-9;          // relative slack of the tie-brea
 // The variables of one program over a cost model.
 struct Program {
   LinearProgram lp;
-  std::array<int, kNumFracs> x{};
+  std::array<int, kNumShares> x{};
   int t_prefill_layer = -1, t_prefill_head = -1, t_decode_layer = -1, t_decode_head = -1;
   LinearProgram::Coeffs time_objective;  // seconds per generated token
 };
 
 LinearProgram::Coeffs affine_row(const Program& p, const Affine& a, double scale) {
   LinearProgram::Coeffs row;
-  for (int i = 0; i < kNumFracs; ++i) {
+  for (int i = 0; i < kNumShares; ++i) {
     if (a.coef[i] != 0) row.emplace_back(p.x[i], a.coef[i] * scale);
   }
   return row;
@@ -44,9 +44,9 @@ void add_step(Program& p, int t_var, const StepCost& step) {
 
 // Builds the variables, the step rows and the fraction rows; memory rows are
 // added by the callers (they differ in which tiers are relaxed).
-void build_program(Program& p, const CostModel& m, const FixedFractions& fixed) {
-  for (int i = 0; i < kNumFracs; ++i) {
-    p.x[i] = p.lp.add_var(0, 1, std::string(frac_name(static_cast<Frac>(i))));
+void build_program(Program& p, const CostModel& m, const PlacementPins& fixed) {
+  for (int i = 0; i < kNumShares; ++i) {
+    p.x[i] = p.lp.add_var(0, 1, std::string(share_name(static_cast<Share>(i))));
     std::optional<double> pin = m.forced[i] ? m.forced[i] : fixed[i];
     if (pin) p.lp.fix_var(p.x[i], std::clamp(*pin, 0.0, 1.0));
   }
@@ -107,19 +107,19 @@ int add_peak_var(Program& p, const CostModel& m, int t) {
   return peak;
 }
 
-Fractions read_fractions(const Program& p) {
-  Fractions x{};
-  for (int i = 0; i < kNumFracs; ++i) x[i] = std::clamp(p.lp.value(p.x[i]), 0.0, 1.0);
+Placement read_fractions(const Program& p) {
+  Placement x;
+  for (int i = 0; i < kNumShares; ++i) x.share[i] = std::clamp(p.lp.value(p.x[i]), 0.0, 1.0);
   // Keep gpu + cpu <= 1 exactly after the solver's tolerances.
   for (int kind = 0; kind < 3; ++kind) {
-    double& g = x[2 * kind];
-    double& c = x[2 * kind + 1];
+    double& g = x.share[2 * kind];
+    double& c = x.share[2 * kind + 1];
     if (g + c > 1) c = std::max(0.0, 1 - g);
   }
   return x;
 }
 
-std::string largest_part(const CostModel& m, int t, const Fractions& x) {
+std::string largest_part(const CostModel& m, int t, const Placement& x) {
   const TierMemory& pre = m.memory[t][0];
   const TierMemory& dec = m.memory[t][1];
   const TierMemory& tm = dec.total()(x) >= pre.total()(x) ? dec : pre;
@@ -135,7 +135,7 @@ std::string largest_part(const CostModel& m, int t, const Fractions& x) {
 }  // namespace
 
 PlacementResult solve_placement(const CostModel& m, const Budgets& budgets,
-                                const FixedFractions& fixed) {
+                                const PlacementPins& fixed) {
   Program p;
   build_program(p, m, fixed);
   add_memory_rows(p, m, budgets, -1);
@@ -185,7 +185,7 @@ PlacementResult solve_placement(const CostModel& m, const Budgets& budgets,
 }
 
 std::array<TierNeed, kNumTiers> min_tier_needs(const CostModel& m, const Budgets& budgets,
-                                               const FixedFractions& fixed) {
+                                               const PlacementPins& fixed) {
   std::array<TierNeed, kNumTiers> needs;
   for (int t = 0; t < kNumTiers; ++t) {
     if (!tier_used(m, t)) continue;
@@ -203,7 +203,7 @@ std::array<TierNeed, kNumTiers> min_tier_needs(const CostModel& m, const Budgets
 }
 
 std::array<TierNeed, kNumTiers> min_joint_needs(const CostModel& m, const Budgets& budgets,
-                                                const FixedFractions& fixed) {
+                                                const PlacementPins& fixed) {
   std::array<TierNeed, kNumTiers> needs;
   Program p;
   build_program(p, m, fixed);
@@ -219,7 +219,7 @@ std::array<TierNeed, kNumTiers> min_joint_needs(const CostModel& m, const Budget
   }
   p.lp.minimize(objective);
   if (p.lp.solve() != LinearProgram::Status::kOptimal) return needs;
-  const Fractions x = read_fractions(p);
+  const Placement x = read_fractions(p);
   for (int t = 0; t < kNumTiers; ++t) {
     if (peak[t] < 0) continue;
     needs[t].possible = true;

@@ -17,17 +17,15 @@
 
 namespace strata {
 
-// Fractions pinned by the caller (user flags); nullopt = chosen by the LP.
-using FixedFractions = std::array<std::optional<double>, kNumFracs>;
 
 struct PlacementResult {
   bool feasible = false;
-  Fractions x{};
+  Placement x;
   double seconds_per_token = 0;  // the LP's objective: block seconds / generated tokens
 };
 
 PlacementResult solve_placement(const CostModel& model, const Budgets& budgets,
-                                const FixedFractions& fixed = {});
+                                const PlacementPins& fixed = {});
 
 // What one tier would need for the model to fit with the other tiers' budgets
 // as they are: the smallest peak bytes of that tier over all placements.
@@ -37,11 +35,11 @@ struct TierNeed {
   std::string what;  // the largest part at that placement: "weights", "KV cache", ...
 };
 std::array<TierNeed, kNumTiers> min_tier_needs(const CostModel& model, const Budgets& budgets,
-                                               const FixedFractions& fixed = {});
+                                               const PlacementPins& fixed = {});
 
 // With every tier relaxed at once: the smallest budgets that fit, minimising
 // the total excess over the given budgets. Used when no single tier suffices.
 std::array<TierNeed, kNumTiers> min_joint_needs(const CostModel& model, const Budgets& budgets,
-                                                const FixedFractions& fixed = {});
+                                                const PlacementPins& fixed = {});
 
 }  // namespace strata

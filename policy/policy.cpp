@@ -20,7 +20,6 @@ namespace strata {
 
 namespace {
 
-constexpr double kFracSlack = 1e-9;  // rounding slack when gpu + cpu is exactly 1
 
 std::optional<DType> compression_dtype(const Compression& c) {
   return quant_dtype(c.bits, c.symmetric, c.group_size);
@@ -52,7 +51,8 @@ Compression read_compression(const yaml_fields::Map& parent, std::string_view ke
   return c;
 }
 
-void read_fractions(const yaml_fields::Map& root, std::string_view key, double& gpu, double& cpu) {
+void read_fractions(const yaml_fields::Map& root, std::string_view key, DataKind kind,
+                    Placement& placement) {
   const yaml_fields::Map m = root.map(key);
   m.check_keys({"gpu", "cpu", "disk"});
   auto frac = [&](std::string_view k) {
@@ -62,9 +62,10 @@ void read_fractions(const yaml_fields::Map& root, std::string_view key, double& 
     }
     return v;
   };
-  gpu = frac("gpu");
-  cpu = frac("cpu");
-  if (gpu + cpu > 1 + kFracSlack) {
+  const double gpu = frac("gpu");
+  const double cpu = frac("cpu");
+  placement.set(kind, gpu, cpu);
+  if (gpu + cpu > 1 + kShareSlack) {
     root.fail_at(key, fmt::format("gpu {} + cpu {} is more than 1; the fractions of the tiers add "
                                   "up to 1 (disk holds the rest)",
                                   gpu, cpu));
@@ -89,12 +90,11 @@ void emit_compression(YAML::Emitter& e, const Compression& c) {
   e << YAML::EndMap;
 }
 
-void emit_fractions(YAML::Emitter& e, const char* key, double gpu, double cpu) {
+void emit_fractions(YAML::Emitter& e, const char* key, DataKind kind, const Placement& p) {
   e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
-  e << YAML::Key << "gpu" << YAML::Value << fmt::format("{}", gpu);
-  e << YAML::Key << "cpu" << YAML::Value << fmt::format("{}", cpu);
-  const double disk = 1 - gpu - cpu;  // rounding residue below 1e-12 is no data
-  e << YAML::Key << "disk" << YAML::Value << fmt::format("{}", disk < 1e-12 ? 0.0 : disk);
+  e << YAML::Key << "gpu" << YAML::Value << fmt::format("{}", p.on(kind, Tier::kGpu));
+  e << YAML::Key << "cpu" << YAML::Value << fmt::format("{}", p.on(kind, Tier::kCpu));
+  e << YAML::Key << "disk" << YAML::Value << fmt::format("{}", p.disk(kind));
   e << YAML::EndMap;
 }
 
@@ -166,15 +166,7 @@ void validate_policy(const Policy& p, const std::string& source) {
   if (p.num_gpu_batches < 1) {
     fail("{}: num_gpu_batches: must be at least 1 (is {})", source, p.num_gpu_batches);
   }
-  auto pair = [&](const char* key, double gpu, double cpu) {
-    if (!(gpu >= 0 && gpu <= 1) || !(cpu >= 0 && cpu <= 1) || gpu + cpu > 1 + kFracSlack) {
-      fail("{}: {}: gpu {} and cpu {} must be fractions from 0 to 1 that add up to at most 1",
-           source, key, gpu, cpu);
-    }
-  };
-  pair("weights", p.w_gpu, p.w_cpu);
-  pair("kv_cache", p.kv_gpu, p.kv_cpu);
-  pair("activations", p.act_gpu, p.act_cpu);
+  p.placement.validate(source);
   check_compression(p.compress_weight, source + ": compress_weight");
   check_compression(p.compress_kv, source + ": compress_kv");
   if (p.sparse_attention_budget < 0) {
@@ -190,9 +182,9 @@ Policy parse_policy(const std::string& yaml_text, const std::string& source) {
   Policy p;
   p.gpu_batch_size = root.integer("gpu_batch_size", 1);
   p.num_gpu_batches = root.integer("num_gpu_batches", 1);
-  read_fractions(root, "weights", p.w_gpu, p.w_cpu);
-  read_fractions(root, "kv_cache", p.kv_gpu, p.kv_cpu);
-  read_fractions(root, "activations", p.act_gpu, p.act_cpu);
+  read_fractions(root, "weights", DataKind::kWeights, p.placement);
+  read_fractions(root, "kv_cache", DataKind::kKv, p.placement);
+  read_fractions(root, "activations", DataKind::kAct, p.placement);
   p.cpu_attention = root.optional_boolean("cpu_attention").value_or(false);
   p.compress_weight = read_compression(root, "compress_weight");
   p.compress_kv = read_compression(root, "compress_kv");
@@ -218,9 +210,9 @@ std::string policy_to_yaml(const Policy& p, const std::string& header) {
   e << YAML::BeginMap;
   e << YAML::Key << "gpu_batch_size" << YAML::Value << p.gpu_batch_size;
   e << YAML::Key << "num_gpu_batches" << YAML::Value << p.num_gpu_batches;
-  emit_fractions(e, "weights", p.w_gpu, p.w_cpu);
-  emit_fractions(e, "kv_cache", p.kv_gpu, p.kv_cpu);
-  emit_fractions(e, "activations", p.act_gpu, p.act_cpu);
+  emit_fractions(e, "weights", DataKind::kWeights, p.placement);
+  emit_fractions(e, "kv_cache", DataKind::kKv, p.placement);
+  emit_fractions(e, "activations", DataKind::kAct, p.placement);
   e << YAML::Key << "cpu_attention" << YAML::Value << p.cpu_attention;
   e << YAML::Key << "compress_weight" << YAML::Value;
   emit_compression(e, p.compress_weight);

@@ -23,6 +23,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/placement.h"
+
 namespace strata {
 
 // Group-wise quantization of weights or KV (DESIGN §6): q4 or q8, groups of
@@ -51,19 +53,13 @@ Compression parse_compression(std::string_view text, std::string_view what);
 struct Policy {
   int64_t gpu_batch_size = 1;
   int64_t num_gpu_batches = 1;
-  // Fractions per tier; disk = 1 - gpu - cpu.
-  double w_gpu = 1, w_cpu = 0;
-  double kv_gpu = 1, kv_cpu = 0;
-  double act_gpu = 1, act_cpu = 0;
+  Placement placement;  // default: everything on the gpu tier
   bool cpu_attention = false;
   Compression compress_weight;
   Compression compress_kv;
   int64_t sparse_attention_budget = 0;
 
   int64_t block_size() const { return gpu_batch_size * num_gpu_batches; }
-  double w_disk() const { return 1 - w_gpu - w_cpu; }
-  double kv_disk() const { return 1 - kv_gpu - kv_cpu; }
-  double act_disk() const { return 1 - act_gpu - act_cpu; }
   bool operator==(const Policy&) const = default;
 };
 

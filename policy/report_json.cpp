@@ -10,20 +10,15 @@ nlohmann::json compression_json(const Compression& c) {
   return {{"bits", c.bits}, {"group_size", c.group_size}, {"symmetric", c.symmetric}};
 }
 
-nlohmann::json split(double gpu, double cpu) {
-  const double disk = 1 - gpu - cpu;  // rounding residue below 1e-12 is no data
-  return {{"gpu", gpu}, {"cpu", cpu}, {"disk", disk < 1e-12 ? 0.0 : disk}};
-}
-
 }  // namespace
 
 nlohmann::json policy_to_json(const Policy& p) {
   return {{"gpu_batch_size", p.gpu_batch_size},
           {"num_gpu_batches", p.num_gpu_batches},
           {"block_size", p.block_size()},
-          {"weights", split(p.w_gpu, p.w_cpu)},
-          {"kv_cache", split(p.kv_gpu, p.kv_cpu)},
-          {"activations", split(p.act_gpu, p.act_cpu)},
+          {"weights", tier_shares<nlohmann::json>(p.placement, DataKind::kWeights)},
+          {"kv_cache", tier_shares<nlohmann::json>(p.placement, DataKind::kKv)},
+          {"activations", tier_shares<nlohmann::json>(p.placement, DataKind::kAct)},
           {"cpu_attention", p.cpu_attention},
           {"compress_weight", compression_json(p.compress_weight)},
           {"compress_kv", compression_json(p.compress_kv)},

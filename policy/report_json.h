@@ -15,6 +15,19 @@
 
 namespace strata {
 
+// {gpu, cpu, disk} of one kind of data (JSON type J: nlohmann::json or
+// ordered_json); the placement's part of a policy and of a run report.
+// Shares below 1e-12 (an LP's rounding residue) are 0.
+template <class J>
+J tier_shares(const Placement& p, DataKind kind) {
+  auto clean = [](double x) { return x < 1e-12 ? 0.0 : x; };  // LP rounding residue
+  J j;
+  j["gpu"] = clean(p.on(kind, Tier::kGpu));
+  j["cpu"] = clean(p.on(kind, Tier::kCpu));
+  j["disk"] = p.disk(kind);
+  return j;
+}
+
 nlohmann::json policy_to_json(const Policy& p);
 nlohmann::json predicted_to_json(const Prediction& p);
 nlohmann::json memory_to_json(const Prediction& p);

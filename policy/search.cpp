@@ -20,7 +20,7 @@ constexpr int64_t kMaxGpuBatch = 1024;
 struct Candidate {
   bool feasible = false;
   double seconds_per_token = 0;
-  Fractions x{};
+  Placement x;
 };
 
 class Searcher {
@@ -55,7 +55,7 @@ class Searcher {
     if (!c.feasible) return;
     if (!best_ || c.seconds_per_token < best_seconds_ * (1 - 1e-9)) {
       best_ = policy_for(gbs, nb, att);
-      set_fractions(*best_, c.x);
+      best_->placement = c.x;
       best_seconds_ = c.seconds_per_token;
     }
   }

@@ -30,7 +30,7 @@ struct SearchOptions {
   Compression compress_weight;
   Compression compress_kv;
   int64_t sparse_attention_budget = 0;
-  FixedFractions fixed;           // fractions pinned by the caller
+  PlacementPins fixed;            // shares pinned by the caller
   int64_t max_block_size = 4096;  // sequences per block at most
 };
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/placement.h"
 #include "model/config.h"
 
 namespace strata {
@@ -77,12 +78,11 @@ struct EngineOptions {
   std::optional<DType> weight_dtype;
   std::string offload_dir;  // directory of weight packs (and of data on the disk tier)
 
-  // Placement (offload/placement.h): the fractions of weights, KV cache and
-  // activations on the gpu and cpu tiers; disk holds the rest. On a device
-  // that computes on host RAM (the CPU) gpu and cpu are the same RAM.
-  double w_gpu = 0, w_cpu = 1;
-  double kv_gpu = 0, kv_cpu = 1;
-  double act_gpu = 0, act_cpu = 1;
+  // The shares of weights, KV cache and activations on the gpu and cpu
+  // tiers, disk the rest (core/placement.h; default: everything where the
+  // device computes). On a device that computes on host RAM (the CPU) gpu
+  // and cpu are the same RAM.
+  Placement placement;
   bool cpu_attention = false;  // decode attention over CPU-held KV on the CPU (a GPU device)
   // Byte budgets of the tiers (--gpu-mem, --cpu-mem, --disk-mem); 0: the
   // default (cpu: the RAM available at start; disk: the free space in

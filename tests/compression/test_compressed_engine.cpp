@@ -374,7 +374,7 @@ TEST(CompressedKvOnDisk, GivesTheBitsOfTheRunInRam) {
     EngineOptions ram = options(kv);
     ram.page_size = 4;
     EngineOptions disk = ram;
-    disk.kv_cpu = 0;  // every KV page homed on disk
+    disk.placement.set(DataKind::kKv, 0, 0);  // every KV page homed on disk
     disk.offload_dir = dir.string();
     auto e_ram = make_engine(*f.model, ram);
     auto e_disk = make_engine(*f.model, disk);

@@ -69,7 +69,8 @@ inline Fixture load(const std::string& name) {
 // An engine for the fixture runs: f32 compute and KV, micro-batches of g
 // sequences, k per block, pages of 4 tokens (short prompts span several,
 // full and partial), 2 threads, the offload directory under `dir`; the
-// placement is EngineOptions' default (everything in RAM, on the CPU).
+// placement is EngineOptions' default (everything where the device
+// computes: in RAM, on the CPU).
 inline EngineOptions fixture_options(const Fixture& f, int64_t g, int64_t k,
                                      const fs::path& dir) {
   EngineOptions o;

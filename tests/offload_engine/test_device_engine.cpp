@@ -107,12 +107,9 @@ struct Split {
 };
 
 EngineOptions placed(EngineOptions o, const Split& s) {
-  o.w_gpu = s.w_gpu;
-  o.w_cpu = s.w_cpu;
-  o.kv_gpu = s.kv_gpu;
-  o.kv_cpu = 0;
-  o.act_gpu = 1;
-  o.act_cpu = 0;
+  o.placement.set(DataKind::kWeights, s.w_gpu, s.w_cpu);
+  o.placement.set(DataKind::kKv, s.kv_gpu, 0);
+  o.placement.set(DataKind::kAct, 1, 0);
   return o;
 }
 
@@ -122,9 +119,8 @@ struct StepBytes {
   uint64_t cpu_to_gpu = 0, disk = 0;
 };
 StepBytes streamed_per_step(const Fixture& f, const Split& s) {
-  PlacementFractions fr;
-  fr.w_gpu = s.w_gpu;
-  fr.w_cpu = s.w_cpu;
+  Placement fr;
+  fr.set(DataKind::kWeights, s.w_gpu, s.w_cpu);
   const WeightPlacement wp = place_weights(f.model->desc(), PackOptions{}, fr);
   StepBytes b;
   auto add = [&](const std::string& unit) {
@@ -229,7 +225,7 @@ TEST(DeviceEngine, CpuAttentionOverRamAndDiskKvGivesTheCpuBits) {
       const GenRun a = generate(*ref, f.prompts);
       for (double kv_cpu : {1.0, 0.5}) {
         EngineOptions o = placed(options(f, g, k, dir.path), {0.3, 0.4, 0});
-        o.kv_cpu = kv_cpu;
+        o.placement[Share::kKvCpu] = kv_cpu;
         o.cpu_attention = true;
         auto e = make_engine(*f.model, o, separate_device());
         const GenRun b = generate(*e, f.prompts);
@@ -273,15 +269,13 @@ TEST(DeviceEngine, PlacementsThisEngineDoesNotRunOnADeviceAreRefusedByName) {
   TempDir dir("device-refuse");
   const EngineOptions base = placed(options(f, 1, 1, dir.path), {1, 0, 1});
   EngineOptions kv_cpu = base;
-  kv_cpu.kv_gpu = 0.5;
-  kv_cpu.kv_cpu = 0.5;
+  kv_cpu.placement.set(DataKind::kKv, 0.5, 0.5);
   std::string m = error_of([&] { make_engine(*f.model, kv_cpu, separate_device()); });
   EXPECT_NE(m.find("50% of the KV cache in CPU RAM"), std::string::npos) << m;
   EXPECT_NE(m.find("add --cpu-attention"), std::string::npos) << m;
 
   EngineOptions act_cpu = base;
-  act_cpu.act_gpu = 0;
-  act_cpu.act_cpu = 1;
+  act_cpu.placement.set(DataKind::kAct, 0, 1);
   m = error_of([&] { make_engine(*f.model, act_cpu, separate_device()); });
   EXPECT_NE(m.find("activations in CPU RAM"), std::string::npos) << m;
 

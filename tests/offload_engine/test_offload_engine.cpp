@@ -43,18 +43,17 @@ EngineOptions options(const Fixture& f, int64_t g, int64_t k, double w_disk, boo
   EngineOptions o = fixture_options(f, g, k, dir);
   o.compute_dtype = compute;
   o.kv_dtype = default_kv_dtype(compute);
-  o.w_gpu = 0;
-  o.w_cpu = 1 - w_disk;
-  o.kv_gpu = 0;
-  o.kv_cpu = kv_disk ? 0 : 1;
+  o.placement.set(DataKind::kWeights, 0, 1 - w_disk);
+  o.placement.set(DataKind::kKv, 0, kv_disk ? 0 : 1);
+  o.placement.set(DataKind::kAct, 0, 1);
   return o;
 }
 
 // The weight bytes a run reads from disk: every step reads the disk share of
 // every column (whole pages), the head's being the embeddings' when tied.
 uint64_t weight_bytes_per_step(const Fixture& f, double w_disk) {
-  PlacementFractions fr;
-  fr.w_cpu = 1 - w_disk;
+  Placement fr;
+  fr.set(DataKind::kWeights, 0, 1 - w_disk);
   const WeightPlacement wp = place_weights(f.model->desc(), PackOptions{}, fr);
   uint64_t n = 0;
   auto read = [&](const std::string& unit) {
@@ -242,11 +241,11 @@ TEST(Offload, BudgetsTooSmallFailBeforeAnyWorkWithTheNeededSize) {
   }
   {
     EngineOptions o = options(f, 1, 1, 0, false, dir.path);
-    o.act_cpu = 0.5;
+    o.placement[Share::kActCpu] = 0.5;
     EXPECT_THROW(make_engine(*f.model, o), Error);  // activations on disk: refused clearly
-    o.act_cpu = 1;
-    o.w_cpu = 0.7;
-    o.w_gpu = 0.7;
+    o.placement[Share::kActCpu] = 1;
+    o.placement[Share::kWCpu] = 0.7;
+    o.placement[Share::kWGpu] = 0.7;
     EXPECT_THROW(make_engine(*f.model, o), Error);
   }
 }

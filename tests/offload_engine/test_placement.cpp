@@ -17,10 +17,9 @@ std::unique_ptr<Model> fixture(const std::string& name) {
   return Model::open(std::string(STRATA_TEST_DATA) + "/models/" + name);
 }
 
-PlacementFractions weights(double gpu, double cpu) {
-  PlacementFractions f;
-  f.w_gpu = gpu;
-  f.w_cpu = cpu;
+Placement weights(double gpu, double cpu) {
+  Placement f;
+  f.set(DataKind::kWeights, gpu, cpu);
   return f;
 }
 
@@ -83,33 +82,32 @@ TEST(Placement, DiskShareIsTheTailOfEachUnitInPackOrder) {
 }
 
 TEST(Placement, FoldsGpuIntoCpuOnAUnifiedDevice) {
-  PlacementFractions f;
-  f.w_gpu = 0.2;
-  f.w_cpu = 0.3;
-  f.kv_gpu = 0.5;
-  f.kv_cpu = 0.5;
-  f.act_gpu = 1;
-  f.act_cpu = 0;
-  const PlacementFractions u = fold_for_device(f, true);
-  EXPECT_DOUBLE_EQ(u.w_gpu, 0);
-  EXPECT_DOUBLE_EQ(u.w_cpu, 0.5);
-  EXPECT_DOUBLE_EQ(u.kv_cpu, 1);
-  EXPECT_DOUBLE_EQ(u.act_cpu, 1);
-  EXPECT_DOUBLE_EQ(fold_for_device(f, false).w_gpu, 0.2);
-  PlacementFractions bad;
-  bad.kv_gpu = 0.7;
-  bad.kv_cpu = 0.7;
-  EXPECT_THROW(validate_fractions(bad), Error);
-  bad.kv_cpu = -0.1;
-  EXPECT_THROW(validate_fractions(bad), Error);
+  Placement f;
+  f[Share::kWGpu] = 0.2;
+  f[Share::kWCpu] = 0.3;
+  f[Share::kKvGpu] = 0.5;
+  f[Share::kKvCpu] = 0.5;
+  f[Share::kActGpu] = 1;
+  f[Share::kActCpu] = 0;
+  const Placement u = f.folded(true);
+  EXPECT_DOUBLE_EQ(u[Share::kWGpu], 0);
+  EXPECT_DOUBLE_EQ(u[Share::kWCpu], 0.5);
+  EXPECT_DOUBLE_EQ(u[Share::kKvCpu], 1);
+  EXPECT_DOUBLE_EQ(u[Share::kActCpu], 1);
+  EXPECT_DOUBLE_EQ(f.folded(false)[Share::kWGpu], 0.2);
+  Placement bad;
+  bad[Share::kKvGpu] = 0.7;
+  bad[Share::kKvCpu] = 0.7;
+  EXPECT_THROW(bad.validate("placement"), Error);
+  bad[Share::kKvCpu] = -0.1;
+  EXPECT_THROW(bad.validate("placement"), Error);
 }
 
 // Of the first n pages of any sequence exactly floor(n r) live in RAM.
 TEST(Placement, KvPageHomesHoldTheFractionExactly) {
   for (double r : {0.0, 0.1, 0.25, 1.0 / 3, 0.5, 0.7, 0.9, 1.0}) {
-    PlacementFractions f;
-    f.kv_gpu = 0;
-    f.kv_cpu = r;
+    Placement f;
+    f.set(DataKind::kKv, 0, r);
     int64_t ram = 0;
     for (int64_t n = 1; n <= 200; ++n) {
       ram += kv_page_home(f, n - 1) == Tier::kDisk ? 0 : 1;
@@ -118,9 +116,8 @@ TEST(Placement, KvPageHomesHoldTheFractionExactly) {
     }
   }
   // Three tiers: gpu pages are among the RAM ones, floor(n g) at most.
-  PlacementFractions f;
-  f.kv_gpu = 0.25;
-  f.kv_cpu = 0.5;
+  Placement f;
+  f.set(DataKind::kKv, 0.25, 0.5);
   int64_t gpu = 0, ram = 0;
   for (int64_t p = 0; p < 400; ++p) {
     const Tier t = kv_page_home(f, p);

@@ -37,7 +37,7 @@ using namespace fixture_runs;
 EngineOptions cuda_options(const Fixture& f, int64_t g, int64_t k, const fs::path& dir) {
   EngineOptions o = fixture_options(f, g, k, dir);
   o.device = "cuda:0";
-  place_everything_on_device(o);
+  o.placement = Placement{};  // everything on the device
   return o;
 }
 
@@ -45,7 +45,7 @@ EngineOptions cuda_options(const Fixture& f, int64_t g, int64_t k, const fs::pat
 EngineOptions on_the_cpu(EngineOptions o) {
   o.device = "cpu";
   o.cpu_attention = false;
-  place_everything_on_device(o);
+  o.placement = Placement{};  // everything on the device
   return o;
 }
 
@@ -93,8 +93,8 @@ TEST_P(CudaEngine, CpuAttentionWithinTheF32BoundOfTheCpuRun) {
   const Fixture f = load(GetParam());
   TempDir dir("cuda-cpu-attn");
   EngineOptions o = cuda_options(f, 2, 3, dir.path);
-  o.kv_gpu = 0;
-  o.kv_cpu = 0.5;  // the rest on disk
+  o.placement[Share::kKvGpu] = 0;
+  o.placement[Share::kKvCpu] = 0.5;  // the rest on disk
   o.cpu_attention = true;
   auto ref_engine = make_engine(*f.model, on_the_cpu(cuda_options(f, 2, 3, dir.path)));
   auto gpu_engine = make_engine(*f.model, o);
@@ -109,10 +109,10 @@ TEST_P(CudaEngine, StreamedPlacementGivesTheBitsOfTheAllOnGpuRun) {
   TempDir dir("cuda-stream");
   const EngineOptions all = cuda_options(f, 2, 3, dir.path);
   EngineOptions streamed = all;
-  streamed.w_gpu = 0.3;
-  streamed.w_cpu = 0.4;  // 30% on disk
-  streamed.kv_gpu = 0.5;
-  streamed.kv_cpu = 0;  // 50% on disk
+  streamed.placement[Share::kWGpu] = 0.3;
+  streamed.placement[Share::kWCpu] = 0.4;  // 30% on disk
+  streamed.placement[Share::kKvGpu] = 0.5;
+  streamed.placement[Share::kKvCpu] = 0;  // 50% on disk
   auto a = make_engine(*f.model, all);
   auto b = make_engine(*f.model, streamed);
   const GenRun ra = generate(*a, f.prompts), rb = generate(*b, f.prompts);
@@ -141,7 +141,7 @@ TEST(CudaEngineSmolLM2, GreedyLastLogitsAndPerplexityMatchTransformers) {
   o.kv_dtype = DType::kF32;
   o.gpu_batch_size = 4;
   o.kv_budget_bytes = uint64_t{512} << 20;
-  place_everything_on_device(o);
+  o.placement = Placement{};  // everything on the device
   auto e = make_engine(*model, o);
   std::vector<std::vector<int32_t>> ps;
   for (const auto& x : golden["prompts"]) ps.push_back(x["ids"].get<std::vector<int32_t>>());

@@ -94,7 +94,7 @@ TEST(CliPolicy, JsonSearchParsesAndMatchesTheLibrary) {
       search_policy(find_model_preset("opt-30b"), hw, {512, 32}, budgets_of(hw), o);
   EXPECT_EQ(pol["gpu_batch_size"].get<int64_t>(), lib.policy.gpu_batch_size);
   EXPECT_EQ(pol["num_gpu_batches"].get<int64_t>(), lib.policy.num_gpu_batches);
-  EXPECT_DOUBLE_EQ(pol["weights"]["gpu"].get<double>(), lib.policy.w_gpu);
+  EXPECT_DOUBLE_EQ(pol["weights"]["gpu"].get<double>(), lib.policy.placement[Share::kWGpu]);
   expect_prediction(j, lib.prediction);
 }
 
@@ -134,7 +134,7 @@ TEST(CliPolicy, OutputFileLoadsBack) {
   EXPECT_DOUBLE_EQ(j["memory"]["cpu"]["budget"].get<double>(), 64.0 * 1073741824);
   const Policy p = load_policy(path.string());
   EXPECT_EQ(p.gpu_batch_size, j["policy"]["gpu_batch_size"].get<int64_t>());
-  EXPECT_EQ(p.w_gpu, j["policy"]["weights"]["gpu"].get<double>());
+  EXPECT_EQ(p.placement[Share::kWGpu], j["policy"]["weights"]["gpu"].get<double>());
   EXPECT_EQ(p.compress_weight.bits, 4);
   EXPECT_NE(read_file(path).find("# Strata policy for llama-3-8b on t4-flexgen"),
             std::string::npos);

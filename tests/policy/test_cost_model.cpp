@@ -22,7 +22,7 @@ constexpr double kRel = 1e-12;
 #define EXPECT_REL(actual, expected) \
   EXPECT_NEAR((actual), (expected), kRel* std::max(1.0, std::fabs(expected))) << #actual
 
-double term(const StepCost& st, const std::string& name, const Fractions& x) {
+double term(const StepCost& st, const std::string& name, const Placement& x) {
   for (const CostTerm& t : st.terms) {
     if (t.name == name) return t.seconds(x);
   }
@@ -60,12 +60,12 @@ struct TinyCase {
   TinyCase() {
     pol.gpu_batch_size = 2;
     pol.num_gpu_batches = 3;
-    pol.w_gpu = 0.25;
-    pol.w_cpu = 0.5;
-    pol.kv_gpu = 0.5;
-    pol.kv_cpu = 0.25;
-    pol.act_gpu = 0.5;
-    pol.act_cpu = 0.5;
+    pol.placement[Share::kWGpu] = 0.25;
+    pol.placement[Share::kWCpu] = 0.5;
+    pol.placement[Share::kKvGpu] = 0.5;
+    pol.placement[Share::kKvCpu] = 0.25;
+    pol.placement[Share::kActGpu] = 0.5;
+    pol.placement[Share::kActCpu] = 0.5;
   }
 };
 
@@ -81,7 +81,7 @@ TEST(PolicyCostModel, ShapeCounts) {
 TEST(PolicyCostModel, PrefillTermsByHand) {
   TinyCase t;
   const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
-  const Fractions x = fractions_of(t.pol);
+  const Placement x = t.pol.placement;
   const double s = 8, B = 6, g = 2, k = 3;
   const double wn = 0.25, kn = 0.25, hn = 0.0;
   EXPECT_REL(term(m.prefill_layer, "cpu->gpu", x), (kWl * 0.75 + kHt * s * B * 0.5) / 1000);
@@ -105,7 +105,7 @@ TEST(PolicyCostModel, DecodeTermsByHandWithCpuAttention) {
   TinyCase t;
   t.pol.cpu_attention = true;
   const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
-  const Fractions x = fractions_of(t.pol);
+  const Placement x = t.pol.placement;
   const double B = 6, g = 2, k = 3, ctx = 8 + 4 / 2.0, a = 2, q = 64;
   const double wn = 0.25, kn = 0.25, hn = 0.0;
   const double c2g = (kWl * 0.75 + kHt * B * 0.5 + a * q * B * 0.5) / 1000;
@@ -132,9 +132,9 @@ TEST(PolicyCostModel, DecodeTermsByHandWithCpuAttention) {
 
 TEST(PolicyCostModel, CpuAttentionTakesKvOffTheHostToDeviceLink) {
   TinyCase t;
-  t.pol.kv_gpu = 0;
-  t.pol.kv_cpu = 1;
-  const Fractions x = fractions_of(t.pol);
+  t.pol.placement[Share::kKvGpu] = 0;
+  t.pol.placement[Share::kKvCpu] = 1;
+  const Placement x = t.pol.placement;
   const double B = 6, ctx = 10, a = 2, q = 64;
   Policy off = t.pol;
   off.cpu_attention = false;
@@ -159,7 +159,7 @@ TEST(PolicyCostModel, MemoryPerTierByHand) {
   TinyCase t;
   t.pol.cpu_attention = false;
   const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
-  const Fractions x = fractions_of(t.pol);
+  const Placement x = t.pol.placement;
   const double s = 8, n = 4, B = 6, g = 2, L = 2;
   const int gpu = 0, cpu = 1, disk = 2, pre = 0, dec = 1;
   // Homes: fractions of the totals.
@@ -197,7 +197,7 @@ TEST(PolicyCostModel, CompressionShrinksBytes) {
   // element): pages take the larger, 1.25 of f16's 2.
   q4.compress_kv = parse_compression("q8:32", "test");
   const CostModel m = build_cost_model(t.shape, t.hw, t.work, q4);
-  const Fractions x = fractions_of(q4);
+  const Placement x = q4.placement;
   EXPECT_REL(m.memory[1][1].weights(x), kWtot / 2 * (36.0 / 64) * 0.5);
   EXPECT_REL(m.memory[0][1].kv_cache(x), kKt / 2 * 1.25 * 12 * 6 * 2 * 0.5);
   EXPECT_REL(term(m.prefill_layer, "disk->cpu", x), kLayerElems * (36.0 / 64) * 0.25 / 100);
@@ -208,7 +208,7 @@ TEST(PolicyCostModel, SparseAttentionCapsTheAttendedContext) {
   t.pol.cpu_attention = true;
   t.pol.sparse_attention_budget = 4;  // below s + n/2 = 10
   const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
-  const Fractions x = fractions_of(t.pol);
+  const Placement x = t.pol.placement;
   EXPECT_REL(term(m.decode_layer, "attention (cpu)", x), 6 * 4 * 4.0 * 64 / 1e3 * 0.5);
   EXPECT_REL(term(m.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 4 * 6 * 0.25) / 100);
   // The KV cache itself is kept whole.
@@ -219,7 +219,7 @@ TEST(PolicyCostModel, DeviceMemoryRooflineBoundsSmallBatchDecode) {
   TinyCase t;
   t.hw.device_mem_bandwidth = 1e3;  // slow enough that reading weights dominates
   const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
-  const Fractions x = fractions_of(t.pol);
+  const Placement x = t.pol.placement;
   // k micro-batches each read the layer's weights from device memory.
   EXPECT_REL(term(m.decode_layer, "gemm", x), 3 * std::max(2 * 2 * kLayerElems / 1e5, kWl / 1e3));
 }
@@ -229,13 +229,13 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
   t.hw = test::tiny_cpu();
   t.pol.cpu_attention = true;  // meaningless on a CPU device: turned off
   const Policy norm = normalize_policy(t.pol, t.hw);
-  EXPECT_EQ(norm.w_gpu, 0);
-  EXPECT_EQ(norm.w_cpu, 0.75);
-  EXPECT_EQ(norm.kv_cpu, 0.75);
-  EXPECT_EQ(norm.act_cpu, 1.0);
+  EXPECT_EQ(norm.placement[Share::kWGpu], 0);
+  EXPECT_EQ(norm.placement[Share::kWCpu], 0.75);
+  EXPECT_EQ(norm.placement[Share::kKvCpu], 0.75);
+  EXPECT_EQ(norm.placement[Share::kActCpu], 1.0);
   EXPECT_FALSE(norm.cpu_attention);
   const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
-  const Fractions x = fractions_of(norm);
+  const Placement x = norm.placement;
   for (const CostTerm& term : m.decode_layer.terms) EXPECT_NE(term.name, "cpu->gpu");
   // Only disk streams: double buffer of the disk share of weights, in RAM.
   const double w_stream = std::max(kWl, kWh);
@@ -260,15 +260,15 @@ TEST(PolicyCostModel, AgreesWithFlexGenFormulasOnOpt30b) {
   Policy p;
   p.gpu_batch_size = 48;
   p.num_gpu_batches = 3;
-  p.w_gpu = 0.2;
-  p.w_cpu = 0.7;  // 10% on disk to exercise disk->cpu
-  p.kv_gpu = 0;
-  p.kv_cpu = 1;
-  p.act_gpu = 0;
-  p.act_cpu = 1;
+  p.placement[Share::kWGpu] = 0.2;
+  p.placement[Share::kWCpu] = 0.7;  // 10% on disk to exercise disk->cpu
+  p.placement[Share::kKvGpu] = 0;
+  p.placement[Share::kKvCpu] = 1;
+  p.placement[Share::kActGpu] = 0;
+  p.placement[Share::kActCpu] = 1;
   p.cpu_attention = true;
   const CostModel m = build_cost_model(shape, hw, {512, 32}, p);
-  const Fractions x = fractions_of(p);
+  const Placement x = p.placement;
   // FlexGen's bandwidths, as the profile stores them (whole bytes per
   // second: 12.89 * 2^30 rounded; checked against FlexGen's numbers in
   // test_yaml.cpp).

@@ -64,10 +64,10 @@ TEST(PolicyPlacementLp, EverythingOnTheGpuWhenItFits) {
   const ModelShape shape = test::tiny_shape();
   const HardwareProfile hw = test::tiny_gpu();  // 1G of GPU for a 340K model
   const SearchResult r = search_policy(shape, hw, {8, 4}, budgets_of(hw), {});
-  EXPECT_EQ(r.policy.w_gpu, 1.0);
-  EXPECT_EQ(r.policy.kv_gpu, 1.0);
-  EXPECT_EQ(r.policy.act_gpu, 1.0);
-  EXPECT_EQ(r.policy.w_cpu + r.policy.kv_cpu + r.policy.act_cpu, 0.0);
+  EXPECT_EQ(r.policy.placement[Share::kWGpu], 1.0);
+  EXPECT_EQ(r.policy.placement[Share::kKvGpu], 1.0);
+  EXPECT_EQ(r.policy.placement[Share::kActGpu], 1.0);
+  EXPECT_EQ(r.policy.placement[Share::kWCpu] + r.policy.placement[Share::kKvCpu] + r.policy.placement[Share::kActCpu], 0.0);
   EXPECT_TRUE(r.prediction.fits);
   EXPECT_EQ(r.prediction.prefill_terms[0].first, "cpu->gpu");
   EXPECT_EQ(r.prediction.prefill_terms[0].second, 0.0);
@@ -79,9 +79,9 @@ TEST(PolicyPlacementLp, EverythingOnTheGpuWhenItFits) {
   const HardwareProfile t4 = find_hardware_profile("t4-flexgen");
   const SearchResult r13 =
       search_policy(find_model_preset("opt-1.3b"), t4, {512, 32}, budgets_of(t4), o);
-  EXPECT_EQ(r13.policy.w_gpu, 1.0);
-  EXPECT_EQ(r13.policy.kv_gpu, 1.0);
-  EXPECT_EQ(r13.policy.act_gpu, 1.0);
+  EXPECT_EQ(r13.policy.placement[Share::kWGpu], 1.0);
+  EXPECT_EQ(r13.policy.placement[Share::kKvGpu], 1.0);
+  EXPECT_EQ(r13.policy.placement[Share::kActGpu], 1.0);
 }
 
 // Weights larger than GPU + CPU: with KV and activations pinned to the GPU,
@@ -95,23 +95,23 @@ TEST(PolicyPlacementLp, WeightsLargerThanGpuAndCpuSpillExactlyToDisk) {
   batch.num_gpu_batches = 2;
   const CostModel m = build_cost_model(shape, hw, {8, 4}, batch);
   // Budgets that the target placement fills exactly in its tighter phase.
-  Fractions target{0.4, 0.35, 1, 0, 1, 0};
+  Placement target{{0.4, 0.35, 1, 0, 1, 0}};
   Budgets b;
   for (int ph = 0; ph < kNumPhases; ++ph) {
     b.gpu = std::max(b.gpu, m.memory[0][ph].total()(target));
     b.cpu = std::max(b.cpu, m.memory[1][ph].total()(target));
   }
   b.disk = 1e12;
-  FixedFractions fixed;
-  fixed[static_cast<int>(Frac::kKvGpu)] = 1.0;
-  fixed[static_cast<int>(Frac::kKvCpu)] = 0.0;
-  fixed[static_cast<int>(Frac::kActGpu)] = 1.0;
-  fixed[static_cast<int>(Frac::kActCpu)] = 0.0;
+  PlacementPins fixed;
+  fixed[static_cast<int>(Share::kKvGpu)] = 1.0;
+  fixed[static_cast<int>(Share::kKvCpu)] = 0.0;
+  fixed[static_cast<int>(Share::kActGpu)] = 1.0;
+  fixed[static_cast<int>(Share::kActCpu)] = 0.0;
   const PlacementResult r = solve_placement(m, b, fixed);
   ASSERT_TRUE(r.feasible);
-  EXPECT_NEAR(r.x[0], 0.4, kFracTol);
-  EXPECT_NEAR(r.x[1], 0.35, kFracTol);
-  EXPECT_NEAR(1 - r.x[0] - r.x[1], 0.25, kFracTol);
+  EXPECT_NEAR(r.x.share[0], 0.4, kFracTol);
+  EXPECT_NEAR(r.x.share[1], 0.35, kFracTol);
+  EXPECT_NEAR(1 - r.x.share[0] - r.x.share[1], 0.25, kFracTol);
   // Sanity of the hand numbers: the weights are larger than both budgets.
   EXPECT_GT(static_cast<double>(shape.n_params()) * 2, b.gpu + b.cpu);
 
@@ -122,8 +122,8 @@ TEST(PolicyPlacementLp, WeightsLargerThanGpuAndCpuSpillExactlyToDisk) {
   less.cpu -= 0.1 * m.memory[1][1].total().coef[1];
   const PlacementResult r2 = solve_placement(m, less, fixed);
   ASSERT_TRUE(r2.feasible);
-  EXPECT_NEAR(r2.x[0], 0.4, kFracTol);
-  EXPECT_NEAR(r2.x[1], 0.25, kFracTol);
+  EXPECT_NEAR(r2.x.share[0], 0.4, kFracTol);
+  EXPECT_NEAR(r2.x.share[1], 0.25, kFracTol);
 }
 
 TEST(PolicyPlacementLp, ObjectiveMatchesTheEvaluationOfItsPolicy) {
@@ -226,14 +226,14 @@ TEST(PolicySearch, PinnedChoicesAreKept) {
   SearchOptions o;
   o.gpu_batch_size = 32;
   o.cpu_attention = true;
-  o.fixed[static_cast<int>(Frac::kWGpu)] = 0.1;
+  o.fixed[static_cast<int>(Share::kWGpu)] = 0.1;
   o.compress_weight = parse_compression("q4", "test");
   o.max_block_size = 256;
   const SearchResult r =
       search_policy(find_model_preset("opt-30b"), hw, {512, 32}, budgets_of(hw), o);
   EXPECT_EQ(r.policy.gpu_batch_size, 32);
   EXPECT_TRUE(r.policy.cpu_attention);
-  EXPECT_EQ(r.policy.w_gpu, 0.1);
+  EXPECT_EQ(r.policy.placement[Share::kWGpu], 0.1);
   EXPECT_EQ(r.policy.compress_weight.bits, 4);
   EXPECT_LE(r.policy.block_size(), 256);
 }
@@ -244,8 +244,8 @@ TEST(PolicySearch, CpuDeviceStreamsFromDiskIntoRam) {
   HardwareProfile hw = test::tiny_cpu();
   Budgets b = budgets_of(hw);
   const SearchResult fits = search_policy(shape, hw, {8, 4}, b, {});
-  EXPECT_EQ(fits.policy.w_gpu, 0.0);
-  EXPECT_EQ(fits.policy.w_cpu, 1.0);
+  EXPECT_EQ(fits.policy.placement[Share::kWGpu], 0.0);
+  EXPECT_EQ(fits.policy.placement[Share::kWCpu], 1.0);
   EXPECT_FALSE(fits.policy.cpu_attention);
   EXPECT_FALSE(fits.prediction.memory[0].used);
   // Less RAM than the weights: part streams from disk, RAM is full.
@@ -254,7 +254,7 @@ TEST(PolicySearch, CpuDeviceStreamsFromDiskIntoRam) {
   o.gpu_batch_size = 1;
   o.num_gpu_batches = 1;
   const SearchResult spill = search_policy(shape, hw, {8, 4}, b, o);
-  EXPECT_GT(spill.policy.w_disk(), 0.0);
+  EXPECT_GT(spill.policy.placement.disk(DataKind::kWeights), 0.0);
   EXPECT_NEAR(spill.prediction.memory[1].peak, b.cpu, 1e-6 * b.cpu);
 }
 

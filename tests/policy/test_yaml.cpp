@@ -41,12 +41,12 @@ TEST(PolicyYaml, RoundTripKeepsEveryField) {
   Policy p;
   p.gpu_batch_size = 48;
   p.num_gpu_batches = 3;
-  p.w_gpu = 0.1 + 0.2;  // not a short decimal: must survive exactly
-  p.w_cpu = 1 - p.w_gpu;
-  p.kv_gpu = 1.0 / 3;
-  p.kv_cpu = 0.5;
-  p.act_gpu = 0;
-  p.act_cpu = 0.75;
+  p.placement[Share::kWGpu] = 0.1 + 0.2;  // not a short decimal: must survive exactly
+  p.placement[Share::kWCpu] = 1 - p.placement[Share::kWGpu];
+  p.placement[Share::kKvGpu] = 1.0 / 3;
+  p.placement[Share::kKvCpu] = 0.5;
+  p.placement[Share::kActGpu] = 0;
+  p.placement[Share::kActCpu] = 0.75;
   p.cpu_attention = true;
   p.compress_weight = parse_compression("q4:128", "test");
   p.compress_kv = parse_compression("q8s:32", "test");
@@ -71,9 +71,9 @@ activations: {cpu: 1}
 compress_weight: q4
 )",
                                 "short");
-  EXPECT_EQ(p.w_gpu, 1);
-  EXPECT_EQ(p.w_cpu, 0);
-  EXPECT_EQ(p.act_gpu, 0);
+  EXPECT_EQ(p.placement[Share::kWGpu], 1);
+  EXPECT_EQ(p.placement[Share::kWCpu], 0);
+  EXPECT_EQ(p.placement[Share::kActGpu], 0);
   EXPECT_FALSE(p.cpu_attention);
   EXPECT_EQ(p.compress_weight.bits, 4);
   EXPECT_EQ(p.compress_weight.group_size, 64);
@@ -230,11 +230,11 @@ TEST(PolicyCheckedIn, LoadAndMatchFlexGensFlags) {
   const Policy p67 = load_policy(dir + "/flexgen-opt-6.7b-t4.yaml");
   EXPECT_EQ(p67.gpu_batch_size, 2);
   EXPECT_EQ(p67.num_gpu_batches, 1);
-  EXPECT_EQ(fractions_of(p67), (Fractions{1, 0, 1, 0, 1, 0}));
+  EXPECT_EQ(p67.placement, (Placement{{1, 0, 1, 0, 1, 0}}));
   const Policy p30 = load_policy(dir + "/flexgen-opt-30b-t4.yaml");
   EXPECT_EQ(p30.gpu_batch_size, 48);
   EXPECT_EQ(p30.num_gpu_batches, 3);
-  EXPECT_EQ(fractions_of(p30), (Fractions{0.2, 0.8, 0, 1, 0, 1}));
+  EXPECT_EQ(p30.placement, (Placement{{0.2, 0.8, 0, 1, 0, 1}}));
   EXPECT_TRUE(p30.cpu_attention);
 }
 
