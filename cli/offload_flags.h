@@ -1,5 +1,5 @@
 // The placement flags shared by generate and bench, and how they become
-// EngineOptions (offload/placement.h, DESIGN §3 and §7):
+// EngineOptions (core/placement.h, DESIGN §3 and §7):
 //   --percent W_GPU W_CPU KV_GPU KV_CPU ACT_GPU ACT_CPU   FlexGen's six numbers
 //   --gpu-batch-size N --num-gpu-batches K --cpu-attention
 //   --policy FILE.yaml | auto      a policy file (policy/policy.h), or the

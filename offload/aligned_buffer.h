@@ -1,4 +1,4 @@
-// Aligned host memory, owned: the buffers the disk engine reads into and
+// Aligned host memory, owned: the buffers the disk I/O layer reads into and
 // writes from with O_DIRECT (addresses, offsets and lengths multiples of
 // kDiskAlign), and the default memory behind the cpu tier's pool. Freed on
 // destruction; move-only. Contents are not initialised unless asked.

@@ -1,4 +1,4 @@
-// Fault injection for the disk engine (disk_faults.h): one armed fault, a
+// Fault injection for the disk I/O layer (disk_faults.h): one armed fault, a
 // count of matching requests, and the STRATA_DISK_FAULT variable.
 #include "offload/disk_faults.h"
 

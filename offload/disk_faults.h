@@ -1,8 +1,8 @@
-// Fault injection for the disk engine: tests arm a fault at the N-th request
+// Fault injection for the disk I/O layer: tests arm a fault at the N-th request
 // that matches (an operation and, optionally, a part of the file's path), and
 // the engine's queue (io_uring or threads alike) turns the result of that
 // request's first I/O into the fault. What the caller then sees is exactly
-// what a real failure gives: an Error from DiskEngine::wait naming the file,
+// what a real failure gives: an Error from DiskIo::wait naming the file,
 // the operation and the offset.
 //
 // Two ways to arm:
@@ -49,7 +49,7 @@ void disarm_disk_fault();
 uint64_t disk_faults_fired();
 
 namespace disk_detail {
-// Called by DiskEngine for every request: the fault this request carries, if
+// Called by DiskIo for every request: the fault this request carries, if
 // it is the armed one's N-th match. Cheap when nothing is armed.
 std::optional<DiskFaultKind> take_disk_fault(bool is_read, const std::string& path);
 }  // namespace disk_detail

@@ -22,7 +22,7 @@ std::string step_name(const ScheduleStep& s) {
   return fmt::format("layer {} k={}", s.layer, s.micro_batch);
 }
 
-Executor::Executor(Backend& backend, DiskEngine* disk, std::shared_ptr<Trace> trace,
+Executor::Executor(Backend& backend, DiskIo* disk, std::shared_ptr<Trace> trace,
                    DeviceCopies* device_copies)
     : backend_(backend),
       trace_(std::move(trace)),

@@ -2,7 +2,7 @@
 // in order and overlaps their transfers with compute. Compute runs on the
 // calling thread; loads and stores run on two TransferQueues
 // (offload/transfer.h), each with a worker thread of its own, the disk
-// requests in flight in the disk engine. There is no barrier after a step:
+// requests in flight in the disk I/O layer. There is no barrier after a step:
 // a step issues the stores and loads attached to it (which start at once),
 // then computes, waiting only for the transfers its own compute needs (the
 // owner of the data says which, by queue numbers).
@@ -29,7 +29,7 @@
 namespace strata {
 
 class Backend;
-class DiskEngine;
+class DiskIo;
 class Trace;
 
 struct ExecutorHooks {
@@ -53,7 +53,7 @@ class Executor {
  public:
   // `disk` may be null when nothing lives on disk; `trace` and
   // `device_copies` (offload/transfer.h) may be null.
-  Executor(Backend& backend, DiskEngine* disk, std::shared_ptr<Trace> trace,
+  Executor(Backend& backend, DiskIo* disk, std::shared_ptr<Trace> trace,
            DeviceCopies* device_copies = nullptr);
   ~Executor();
 

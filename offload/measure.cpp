@@ -25,7 +25,7 @@
 #include "core/units.h"
 #include "kernels/backend.h"
 #include "offload/aligned_buffer.h"
-#include "offload/disk_engine.h"
+#include "offload/disk_io.h"
 
 namespace strata {
 
@@ -294,11 +294,11 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
     auto* w = reinterpret_cast<uint64_t*>(bufs.back().data());
     for (size_t k = 0; k < o.block_bytes / 8; ++k) w[k] = splitmix64(state);
   }
-  DiskEngineOptions eo;
+  DiskIoOptions eo;
   eo.chunk_bytes = o.block_bytes;
   eo.queue_depth = o.queue_depth;
   for (auto& b : bufs) eo.fixed_buffers.push_back(b.bytes());
-  DiskEngine engine(eo);
+  DiskIo engine(eo);
   DiskFile file = DiskFile::open(remove.path, OpenMode::kCreate, true);
   file.allocate(file_bytes);
 
@@ -339,18 +339,18 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
   r.write_kv = time_runs([&] { pass(true, o.kv_block_bytes, kv_bytes); }, plan);
 
   // Reads in the pattern of weight loads: large requests, cut into chunks by
-  // a disk engine configured as the offload engine's.
+  // a disk I/O layer configured as the offload engine's.
   r.stream_bytes = std::min<uint64_t>(o.stream_bytes, file_bytes) / kDiskAlign * kDiskAlign;
   {
     std::vector<AlignedBuffer> big;
-    DiskEngineOptions so;
+    DiskIoOptions so;
     so.chunk_bytes = o.chunk_bytes;
     so.queue_depth = o.chunk_depth;
     for (int i = 0; i < o.stream_in_flight; ++i) {
       big.emplace_back(r.stream_bytes);
       so.fixed_buffers.push_back(big.back().bytes());
     }
-    DiskEngine stream_engine(so);
+    DiskIo stream_engine(so);
     std::vector<Ticket> st(static_cast<size_t>(o.stream_in_flight));
     const uint64_t n = file_bytes / r.stream_bytes;
     r.read_stream = time_runs(

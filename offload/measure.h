@@ -1,5 +1,5 @@
 // Measurements of the machine Strata runs on, for `strata profile` (DESIGN
-// §7): sequential disk bandwidth through the disk engine (io_uring, O_DIRECT,
+// §7): sequential disk bandwidth through the disk I/O layer (io_uring, O_DIRECT,
 // many blocks in flight), host<->device copies and the GEMM and paged
 // attention rates of a Backend, the RAM read rate, and the memory sizes.
 // Every measurement warms up first, then repeats and keeps the median with
@@ -78,7 +78,7 @@ struct DiskMeasureOptions {
   int repeats = 3;                            // timed passes of each kind
   // Reads as the offload engine loads weights: requests of stream_bytes (a
   // layer's share), stream_in_flight of them (double buffering), each cut by
-  // the disk engine into chunk_bytes pieces with chunk_depth in flight.
+  // the disk I/O layer into chunk_bytes pieces with chunk_depth in flight.
   size_t stream_bytes = size_t{64} << 20;
   int stream_in_flight = 2;
   size_t chunk_bytes = size_t{1} << 20;

@@ -18,17 +18,18 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "model/forward.h"
 #include "model/layer_weights.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 #include "offload/aligned_buffer.h"
 #include "offload/device.h"
-#include "offload/disk_engine.h"
+#include "offload/disk_io.h"
 #include "offload/engine.h"
 #include "offload/executor.h"
-#include "offload/kv_store.h"
+#include "offload/kv_file.h"
 #include "offload/measure.h"
 #include "offload/pack_build.h"
 #include "offload/pack_weights.h"
-#include "offload/placement.h"
+#include "offload/weight_placement.h"
 #include "offload/schedule.h"
 #include "offload/tier_pool.h"
 #include "offload/trace.h"
@@ -94,7 +95,7 @@ uint64_t forward_scratch_bytes(const ModelConfig& c, int64_t t) {
 
 // RAM a block needs beyond the weights, by what it is for.
 struct BlockMemory {
-  KvStore::Needs kv;
+  KvNeeds kv;
   uint64_t kv_pages = 0;     // backed pages
   uint64_t kv_staging = 0;   // both staging buffers
   uint64_t hidden = 0;       // activations of every micro-batch
@@ -251,10 +252,11 @@ class OffloadEngine final : public Engine {
   // Columns whose disk share has had its checksums checked (on first read).
   std::vector<uint8_t> column_verified_;
   DiskFile pack_file_;
-  std::unique_ptr<DiskEngine> disk_engine_;
+  std::unique_ptr<DiskIo> disk_io_;
   std::unique_ptr<WeightStore> weights_;
   Forward fwd_;
-  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<KvFile> kv_file_;  // the pages homed on disk
   std::unique_ptr<Executor> exec_;
   TransferPlan transfer_plan_;
   uint64_t kv_cap_bytes_ = 0;  // the KV pool's own cap (kv_budget_bytes)
@@ -410,7 +412,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
          "disk; raise --disk-mem or keep more weights in RAM (--percent)",
          mb(disk_budget), opt_.offload_dir, mb(wplace_.bytes(Tier::kDisk)));
   }
-  kv_cap_bytes_ = opt_.kv_budget_bytes > 0 ? opt_.kv_budget_bytes : default_kv_budget_bytes();
+  kv_cap_bytes_ = opt_.kv_budget_bytes;  // make_engine gave it its default
   if (opt_.plan_prompt_tokens > 0 && opt_.plan_new_tokens > 0) {
     // A full block of the longest sequences the run will see.
     const int64_t stored = opt_.plan_prompt_tokens + opt_.plan_new_tokens - 1;
@@ -418,15 +420,12 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
         prompts(static_cast<size_t>(opt_.num_gpu_batches));
     for (auto& v : lens) v.assign(static_cast<size_t>(opt_.gpu_batch_size), stored);
     for (auto& v : prompts) v.assign(static_cast<size_t>(opt_.gpu_batch_size), opt_.plan_prompt_tokens);
-    // KvStore's needs only depend on the fractions and geometry: a
-    // throw-away store answers them.
-    const KvStore probe(kv_backend(), geo, std::max(kv_cap_bytes_, geo.bytes_per_page()), frac_);
+    const uint64_t record = KvFile::record_bytes_for(geo);
     BlockMemory m;
-    m.kv = probe.needs(lens);
+    m.kv = kv_block_needs(geo, frac_, lens);
     m.kv_pages = static_cast<uint64_t>(m.kv.backed_pages) * geo.bytes_per_page();
-    m.kv_staging = 2 * static_cast<uint64_t>(m.kv.stage_records) * probe.record_bytes();
-    m.kv_disk = static_cast<uint64_t>(c.n_layer) * static_cast<uint64_t>(m.kv.disk_pages) *
-                probe.record_bytes();
+    m.kv_staging = 2 * static_cast<uint64_t>(m.kv.stage_records) * record;
+    m.kv_disk = static_cast<uint64_t>(c.n_layer) * static_cast<uint64_t>(m.kv.disk_pages) * record;
     m.hidden = static_cast<uint64_t>(block_size() * opt_.plan_prompt_tokens * c.n_embd) * 4;
     m.group_tokens = largest_group(prompts[0]);
     m.scratch = forward_scratch_bytes(c, m.group_tokens);
@@ -454,7 +453,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
   }
   res_disk_weights_ = disk_->reserve(wplace_.bytes(Tier::kDisk), "weights on disk");
 
-  DiskEngineOptions deo;
+  DiskIoOptions deo;
   if (weights_->staging_bytes() > 0) {
     for (WeightSlot& s : wslots_) {
       s.mem = ram_->allocate(weights_->staging_bytes(), "weight staging buffer");
@@ -462,7 +461,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
     }
   }
   if (need_dir && (wplace_.any_on_disk() || kv_disk)) {
-    disk_engine_ = std::make_unique<DiskEngine>(deo);
+    disk_io_ = std::make_unique<DiskIo>(deo);
   }
   if (wplace_.any_on_disk()) {
     pack_file_ = DiskFile::open(pack_->weights_path(), OpenMode::kRead, true);
@@ -471,9 +470,10 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
                    pack_->weights_path());
     }
   }
-  kv_ = std::make_unique<KvStore>(kv_backend(), geo, std::max(kv_cap_bytes_, geo.bytes_per_page()),
+  kv_ = std::make_unique<KvCache>(kv_backend(), geo, std::max(kv_cap_bytes_, geo.bytes_per_page()),
                                   frac_);
-  exec_ = std::make_unique<Executor>(backend_, disk_engine_.get(), opt_.trace, dev_.copies.get());
+  kv_file_ = std::make_unique<KvFile>(geo);
+  exec_ = std::make_unique<Executor>(backend_, disk_io_.get(), opt_.trace, dev_.copies.get());
   // What the weights hold now: in place and vectors (unified), or the cpu
   // share's copies (otherwise), and the staging buffers.
   fixed_ram_ = unified ? res_weights_.bytes() : ram_->used() - wslots_[0].mem.size() -
@@ -551,9 +551,9 @@ BlockMemory OffloadEngine::block_memory(const std::vector<std::vector<int64_t>>&
   BlockMemory m;
   m.kv = kv_->needs(stored);
   m.kv_pages = static_cast<uint64_t>(m.kv.backed_pages) * g.bytes_per_page();
-  m.kv_staging = 2 * static_cast<uint64_t>(m.kv.stage_records) * kv_->record_bytes();
+  m.kv_staging = 2 * static_cast<uint64_t>(m.kv.stage_records) * kv_file_->record_bytes();
   m.kv_disk = static_cast<uint64_t>(c.n_layer) * static_cast<uint64_t>(m.kv.disk_pages) *
-              kv_->record_bytes();
+              kv_file_->record_bytes();
   int64_t rows = 0;
   for (const std::vector<int64_t>& p : prompt) {
     int64_t tokens = 0;
@@ -651,7 +651,7 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
   }
   fwd_.reserve(m.group_tokens);
   resize_exact(backend_, logits_, m.logits);
-  const uint64_t kv_stage = static_cast<uint64_t>(m.kv.stage_records) * kv_->record_bytes();
+  const uint64_t kv_stage = static_cast<uint64_t>(m.kv.stage_records) * kv_file_->record_bytes();
   const uint64_t block = kv_pages + hidden + fwd_.workspace_bytes() + logits_.size();
   if (unified_) {
     res_block_ = ram_->reserve(block, "the block's KV cache, activations and working memory");
@@ -699,21 +699,22 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
   }
   res_disk_kv_.release();
   if (m.kv.disk_pages > 0) {
-    kv_->prepare_file(opt_.offload_dir, m.kv.disk_pages);
-    res_disk_kv_ = disk_->reserve(kv_->file_bytes(), "KV cache pages on disk");
+    kv_->set_disk_slots(m.kv.disk_pages);
+    kv_file_->prepare(opt_.offload_dir, m.kv.disk_pages);
+    res_disk_kv_ = disk_->reserve(kv_file_->bytes(), "KV cache pages on disk");
   }
 }
 
 std::byte* OffloadEngine::kv_relay(const KvSlot& s, size_t r) {
   if (kv_host()) return nullptr;
   const size_t b = static_cast<size_t>(&s - kv_slots_.data());
-  return kv_mem_[b].data() + r * kv_->record_bytes();
+  return kv_mem_[b].data() + r * kv_file_->record_bytes();
 }
 
 std::byte* OffloadEngine::kv_record(const KvSlot& s, size_t r) {
   const size_t b = static_cast<size_t>(&s - kv_slots_.data());
   std::byte* base = kv_host() ? kv_mem_[b].data() : kv_dev_[b].as<std::byte>();
-  return base + r * kv_->record_bytes();
+  return base + r * kv_file_->record_bytes();
 }
 
 // ---- CPU attention ----
@@ -909,7 +910,7 @@ void OffloadEngine::load_kv(int64_t layer, int64_t k, int32_t step) {
   const uint64_t written = kv_last_store_[static_cast<size_t>(layer * opt_.num_gpu_batches + k)];
   if (written > 0) exec_->stores().wait(written);
   KvSlot& slot = kv_slot_for(layer, k, step);
-  const uint64_t rec = kv_->record_bytes();
+  const uint64_t rec = kv_file_->record_bytes();
   // Runs of records whose disk slots are consecutive are one read each.
   size_t r = 0;
   while (r < st.pages.size()) {
@@ -925,7 +926,7 @@ void OffloadEngine::load_kv(int64_t layer, int64_t k, int32_t step) {
     }
     slot.load = exec_->mover().copy(
         kv_place(kv_record(slot, r)),
-        Place::disk(kv_->file(), kv_->record_offset(layer, first)), (e - r) * rec, exec_->loads(),
+        Place::disk(kv_file_->file(), kv_file_->record_offset(layer, first)), (e - r) * rec, exec_->loads(),
         {fmt::format("kv layer {} k={}", layer, k), "kv", step}, kv_relay(slot, r));
     r = e;
   }
@@ -946,7 +947,7 @@ void OffloadEngine::stage_kv(int64_t layer, int64_t k, int32_t step) {
 void OffloadEngine::store_kv(int64_t layer, int64_t k, int32_t step) {
   const KvStage& st = mbs_[static_cast<size_t>(k)].stage;
   wait_cpu_attention(layer, k);  // its KV append wrote what is stored
-  const uint64_t rec = kv_->record_bytes(), pb = kv_->geometry().page_bytes();
+  const uint64_t rec = kv_file_->record_bytes(), pb = kv_->geometry().page_bytes();
   const TransferLabel label{fmt::format("kv layer {} k={}", layer, k), "kv", step};
   uint64_t last = 0;
   // Fresh pages: from their staging records, runs of consecutive disk slots
@@ -964,7 +965,7 @@ void OffloadEngine::store_kv(int64_t layer, int64_t k, int32_t step) {
       ++e;
     }
     KvSlot& slot = kv_slot_for(layer, k, step);
-    last = exec_->mover().copy(Place::disk(kv_->file(), kv_->record_offset(layer, first)),
+    last = exec_->mover().copy(Place::disk(kv_file_->file(), kv_file_->record_offset(layer, first)),
                                kv_place(kv_record(slot, r)), (e - r) * rec,
                                exec_->stores(), label, kv_relay(slot, r));
     slot.last_store = last;
@@ -974,10 +975,10 @@ void OffloadEngine::store_kv(int64_t layer, int64_t k, int32_t step) {
   if (!st.completed_backed.empty()) {
     for (int32_t p : st.completed_backed) {
       const auto [k_page, v_page] = kv_->pool().entry(layer, p);
-      const uint64_t off = kv_->record_offset(layer, kv_->disk_slot(p));
-      exec_->mover().copy(Place::disk(kv_->file(), off), kv_place(k_page), pb,
+      const uint64_t off = kv_file_->record_offset(layer, kv_->disk_slot(p));
+      exec_->mover().copy(Place::disk(kv_file_->file(), off), kv_place(k_page), pb,
                           exec_->stores(), label);
-      last = exec_->mover().copy(Place::disk(kv_->file(), off + pb),
+      last = exec_->mover().copy(Place::disk(kv_file_->file(), off + pb),
                                  kv_place(v_page), pb, exec_->stores(), label);
       if (layer == config().n_layer - 1) kv_->mark_retiring(p, last);
     }

@@ -5,12 +5,12 @@
 // the tiers' byte budgets (TierPool: RAM and disk, and device memory on a
 // device with memory of its own; on the CPU device the gpu tier is RAM), the
 // weights (offload/weight_store.h, the pack in offload_dir when weights live
-// on disk), the KV cache (offload/kv_store.h), the forward, and the executor
+// on disk), the KV cache (kv/kv_cache.h, its disk file offload/kv_file.h), the forward, and the executor
 // (offload/executor.h) that overlaps the transfers with compute.
 //
 // On a device whose memory is not host memory (a GPU): streamed weight
 // columns land in two device staging buffers (their disk tails through two
-// pinned host buffers the disk engine reads into), KV staging records are
+// pinned host buffers the disk I/O layer reads into), KV staging records are
 // device memory with a pinned host mirror each that relays their disk reads
 // and writes, activations and the forward's scratch are device memory, and
 // the logits are copied back at the end of each step. With CPU attention

@@ -13,7 +13,7 @@
 #include "model/model.h"
 #include "offload/aligned_buffer.h"
 #include "offload/checksum.h"
-#include "offload/disk_engine.h"
+#include "offload/disk_io.h"
 
 namespace strata {
 
@@ -526,7 +526,7 @@ void Pack::fail_damaged(const std::string& mismatch) const {
           : "its manifest was set aside, and the next run builds the pack again");
 }
 
-void Pack::verify(DiskEngine& engine) const {
+void Pack::verify(DiskIo& engine) const {
   const DiskFile f = DiskFile::open(weights_path(), OpenMode::kRead);
   // Pieces of at most kPiece bytes, two buffers: read the next while hashing this one.
   constexpr uint64_t kPiece = uint64_t{16} << 20;
@@ -572,7 +572,7 @@ void Pack::verify(DiskEngine& engine) const {
 }
 
 void Pack::verify() const {
-  DiskEngine engine;
+  DiskIo engine;
   verify(engine);
 }
 

@@ -51,7 +51,7 @@
 
 namespace strata {
 
-class DiskEngine;
+class DiskIo;
 class Model;
 struct ModelDesc;
 struct TensorInfo;
@@ -155,7 +155,7 @@ class Pack {
 
   // Recomputes every unit's checksum from weights.bin; Error naming the unit
   // and the file on a mismatch.
-  void verify(DiskEngine& engine) const;
+  void verify(DiskIo& engine) const;
   void verify() const;  // with an engine of its own
   // Checks one unit's bytes (length bytes, read from its offset).
   void verify_unit(const PackUnit& unit, std::span<const std::byte> bytes) const;

@@ -1,4 +1,4 @@
-// Writing weight packs (staged through the disk engine, requantizing on the
+// Writing weight packs (staged through the disk I/O layer, requantizing on the
 // way) and the source identity that decides when a pack is stale.
 #include "offload/pack_build.h"
 
@@ -18,7 +18,7 @@
 #include "model/model.h"
 #include "offload/aligned_buffer.h"
 #include "offload/checksum.h"
-#include "offload/disk_engine.h"
+#include "offload/disk_io.h"
 #include "quant/convert.h"
 #include "quant/quant.h"
 
@@ -55,7 +55,7 @@ uint64_t header_checksum(const Model& model, size_t file_index) {
 // fills while the other is written.
 class StagedWriter {
  public:
-  StagedWriter(DiskEngine& engine, const DiskFile& file, size_t buf_bytes)
+  StagedWriter(DiskIo& engine, const DiskFile& file, size_t buf_bytes)
       : engine_(engine), file_(file), bufs_{AlignedBuffer(buf_bytes), AlignedBuffer(buf_bytes)} {}
   ~StagedWriter() {
     // The buffers must outlive their writes, also when unwinding.
@@ -109,7 +109,7 @@ class StagedWriter {
     tickets_[cur_] = Ticket();
   }
 
-  DiskEngine& engine_;
+  DiskIo& engine_;
   const DiskFile& file_;
   AlignedBuffer bufs_[2];
   Ticket tickets_[2];
@@ -159,7 +159,7 @@ PackSource pack_source_of(const Model& model) {
 }
 
 Pack build_pack(const Model& model, const std::string& dir, const PackOptions& options,
-                DiskEngine* engine) {
+                DiskIo* engine) {
   const auto t0 = std::chrono::steady_clock::now();
   const ModelDesc& d = model.desc();
   std::error_code ec;
@@ -222,11 +222,11 @@ Pack build_pack(const Model& model, const std::string& dir, const PackOptions& o
   }
   PartialFiles partial{{wtmp, mtmp, wpath}};
 
-  std::unique_ptr<DiskEngine> own_engine;
+  std::unique_ptr<DiskIo> own_engine;
   if (!engine) {
-    DiskEngineOptions eo;
+    DiskIoOptions eo;
     eo.queue_depth = 8;
-    own_engine = std::make_unique<DiskEngine>(eo);
+    own_engine = std::make_unique<DiskIo>(eo);
     engine = own_engine.get();
   }
   {

@@ -17,7 +17,7 @@
 
 namespace strata {
 
-class DiskEngine;
+class DiskIo;
 class Model;
 
 // The identity of the model's source files, as a manifest records it.
@@ -26,7 +26,7 @@ PackSource pack_source_of(const Model& model);
 // Builds the pack for `model` in `dir` (created when missing), replacing any
 // pack there. `engine` may be null (one is made for the build).
 Pack build_pack(const Model& model, const std::string& dir, const PackOptions& options,
-                DiskEngine* engine = nullptr);
+                DiskIo* engine = nullptr);
 
 // Why the pack in `dir` cannot serve (model, options), or "" when it can:
 // missing, unreadable or damaged, another format version, a changed source

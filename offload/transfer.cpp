@@ -116,7 +116,7 @@ void TransferQueue::run() {
   }
 }
 
-Mover::Mover(Backend& backend, DiskEngine* disk, DeviceCopies* device_copies)
+Mover::Mover(Backend& backend, DiskIo* disk, DeviceCopies* device_copies)
     : backend_(backend),
       disk_(disk),
       device_copies_(device_copies),
@@ -163,10 +163,10 @@ uint64_t Mover::copy(const Place& dst, const Place& src, size_t bytes, TransferQ
   const bool src_disk = src.tier == Tier::kDisk, dst_disk = dst.tier == Tier::kDisk;
   STRATA_ASSERT_MSG(!(src_disk && dst_disk), "copy from disk to disk");
   if (src_disk || dst_disk) {
-    STRATA_ASSERT_MSG(disk_ != nullptr, "copy to or from disk without a disk engine");
+    STRATA_ASSERT_MSG(disk_ != nullptr, "copy to or from disk without a disk I/O layer");
   }
-  DiskEngine* disk = disk_;
-  // Memory the disk engine can reach directly: host RAM (cpu, or gpu when
+  DiskIo* disk = disk_;
+  // Memory the disk I/O layer can reach directly: host RAM (cpu, or gpu when
   // the device computes on host memory).
   auto host_mem = [&](const Place& p) { return p.tier == Tier::kCpu || host_; };
 

@@ -5,7 +5,7 @@
 //
 // A TransferQueue is one ordered queue of transfers with a worker thread of
 // its own (the engine has one for loads and one for stores): a transfer is
-// started when it is queued (a disk request goes to the disk engine at once,
+// started when it is queued (a disk request goes to the disk I/O layer at once,
 // so several are in flight), and the worker finishes the transfers in queue
 // order (waits for the disk, runs a relay's second leg, a device copy) and
 // stamps each with its end time. Ordering between queues and compute is by
@@ -35,7 +35,7 @@
 #include <thread>
 
 #include "generate/engine.h"
-#include "offload/disk_engine.h"
+#include "offload/disk_io.h"
 #include "offload/tier_pool.h"
 
 namespace strata {
@@ -145,13 +145,13 @@ class Mover {
  public:
   // `disk` may be null when nothing touches the disk tier; `device_copies`
   // may be null.
-  Mover(Backend& backend, DiskEngine* disk, DeviceCopies* device_copies = nullptr);
+  Mover(Backend& backend, DiskIo* disk, DeviceCopies* device_copies = nullptr);
 
   // Starts moving `bytes` from `src` to `dst` on `queue`; returns its
   // number there. Disk offsets and lengths need no alignment (the disk
   // engine bounces what O_DIRECT cannot take). `relay`: host memory of at
   // least `bytes` for the host leg of a disk<->device copy (pinned, and
-  // registered with the disk engine, where the caller has such a buffer);
+  // registered with the disk I/O layer, where the caller has such a buffer);
   // it must stay untouched until the copy is done. Null: a buffer is
   // allocated for the copy.
   uint64_t copy(const Place& dst, const Place& src, size_t bytes, TransferQueue& queue,
@@ -172,7 +172,7 @@ class Mover {
   std::function<void()> device_copy_sync(void* dst, const void* src, size_t bytes, bool to_device);
 
   Backend& backend_;
-  DiskEngine* disk_;
+  DiskIo* disk_;
   DeviceCopies* device_copies_;
   bool host_;
 };

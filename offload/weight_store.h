@@ -1,4 +1,4 @@
-// The weights of a run as the placement puts them (offload/placement.h):
+// The weights of a run as the placement puts them (offload/weight_placement.h):
 // the views the forward reads (model/layer_weights.h) for each column of the
 // schedule (embed, layer j, head), and what a column must load before it
 // computes.
@@ -33,7 +33,7 @@
 
 #include "model/layer_weights.h"
 #include "offload/pack.h"
-#include "offload/placement.h"
+#include "offload/weight_placement.h"
 #include "offload/tier_pool.h"
 
 namespace strata {

@@ -6,7 +6,7 @@
 #   1. with all weights on disk (--percent 0 0 0 100 0 100: streamed from the
 #      weight pack with O_DIRECT, double-buffered, overlapped with compute);
 #   2. fio on the same pack file, O_DIRECT, io_uring, in the same run: at the
-#      disk engine's block size and depth (1M x 16), the same with registered
+#      disk I/O layer's block size and depth (1M x 16), the same with registered
 #      buffers and files (as the engine registers its staging buffers), and
 #      with large requests (16M x 16). Some disks (virtual ones especially)
 #      deliver far more with more bytes in flight; the best of the three is

@@ -1,4 +1,4 @@
-// Disk bandwidth of the disk engine beside fio, measured in the same run on
+// Disk bandwidth of the disk I/O layer beside fio, measured in the same run on
 // the same directory: sequential write then read of one file with O_DIRECT,
 // block size and queue depth equal for both (fio: ioengine=io_uring,
 // direct=1). A program, not a test: prints a table with the machine, the
@@ -21,7 +21,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
-#include "offload/disk_engine.h"
+#include "offload/disk_io.h"
 
 #ifndef STRATA_GIT_COMMIT
 #define STRATA_GIT_COMMIT "unknown"
@@ -88,7 +88,7 @@ std::string cell(const Stat& s) {
 
 int main(int argc, char** argv) {
   init_logging();
-  CLI::App app{"Disk engine bandwidth next to fio (sequential, O_DIRECT)"};
+  CLI::App app{"Disk I/O layer bandwidth next to fio (sequential, O_DIRECT)"};
   std::string dir = std::filesystem::temp_directory_path().string();
   std::string size_text = "1G", block_text = "1M";
   std::vector<int> depths = {1, 8, 32};

@@ -1,25 +1,81 @@
+// The paged KV cache (kv_cache.h): page homes, page tables, disk slots.
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
 namespace strata {
 
-KvCache::KvCache(Backend& backend, const KvGeometry& geometry, uint64_t budget_bytes)
-    : pool_(backend, geometry, budget_bytes) {}
+namespace {
+
+// floor((p + 1) f) > floor(p f): page p is one of the fraction f of pages
+// (with a tolerance so that f = 1 selects every page despite rounding).
+bool selects(double f, int64_t p) {
+  if (f >= 1 - 1e-12) return true;
+  if (f <= 1e-12) return false;
+  const double a = std::floor(static_cast<double>(p) * f + 1e-9);
+  const double b = std::floor(static_cast<double>(p + 1) * f + 1e-9);
+  return b > a;
+}
+
+}  // namespace
+
+Tier kv_page_home(const Placement& f, int64_t page_index) {
+  if (!selects(f[Share::kKvGpu] + f[Share::kKvCpu], page_index)) return Tier::kDisk;
+  return selects(f[Share::kKvGpu], page_index) ? Tier::kGpu : Tier::kCpu;
+}
+
+KvNeeds kv_block_needs(const KvGeometry& g, const Placement& placement,
+                       const std::vector<std::vector<int64_t>>& lengths) {
+  KvNeeds n;
+  for (const std::vector<int64_t>& mb : lengths) {
+    int64_t records = 0;
+    for (int64_t len : mb) {
+      const int64_t n_pages = g.pages_for(len), n_full = len / g.page_size;
+      int64_t ram = 0, disk_full = 0;
+      bool any_disk_page = false;
+      for (int64_t p = 0; p < n_pages; ++p) {
+        if (kv_page_home(placement, p) == Tier::kDisk) {
+          any_disk_page = true;
+          if (p < n_full) ++disk_full;
+        } else {
+          ++ram;
+        }
+      }
+      // At most one disk page of a sequence is backed at a time: the partial
+      // one, or the one completed in the previous step until it retires.
+      n.backed_pages += ram + (any_disk_page ? 1 : 0);
+      n.disk_pages += disk_full;
+      records += disk_full;
+    }
+    n.stage_records = std::max(n.stage_records, records);
+  }
+  return n;
+}
+
+KvCache::KvCache(Backend& backend, const KvGeometry& geometry, uint64_t budget_bytes,
+                 const Placement& placement)
+    : pool_(backend, geometry, budget_bytes), placement_(placement) {
+  placement_.validate("placement");
+}
 
 KvCache::~KvCache() {
   for (Seq& s : seqs_) {
-    for (int32_t p : s.pages) pool_.release(p);
+    for (int32_t p : s.pages) free_page(p);
   }
 }
 
-const KvCache::Seq& KvCache::get(int32_t seq) const {
+KvCache::Seq& KvCache::get(int32_t seq) {
   STRATA_ASSERT_MSG(
       seq >= 0 && static_cast<size_t>(seq) < seqs_.size() && seqs_[static_cast<size_t>(seq)].live,
       "no live sequence {}", seq);
   return seqs_[static_cast<size_t>(seq)];
+}
+
+const KvCache::Seq& KvCache::get(int32_t seq) const {
+  return const_cast<KvCache*>(this)->get(seq);
 }
 
 int32_t KvCache::add_sequence() {
@@ -35,15 +91,27 @@ int32_t KvCache::add_sequence() {
   s.live = true;
   s.length = 0;
   s.pages.clear();
+  s.completed.clear();
   ++n_live_;
   return id;
 }
 
+void KvCache::free_page(int32_t page) {
+  const size_t p = static_cast<size_t>(page);
+  if (p < slot_of_.size() && slot_of_[p] >= 0) {
+    free_slots_.push_back(slot_of_[p]);
+    slot_of_[p] = -1;
+  }
+  if (p < created_.size()) created_[p] = -1;
+  std::erase_if(retiring_, [&](const Retiring& r) { return r.page == page; });
+  pool_.free(page);
+}
+
 void KvCache::remove_sequence(int32_t seq) {
-  get(seq);
-  Seq& s = seqs_[static_cast<size_t>(seq)];
-  for (int32_t p : s.pages) pool_.release(p);
+  Seq& s = get(seq);
+  for (int32_t p : s.pages) free_page(p);
   s.pages.clear();
+  s.completed.clear();
   s.length = 0;
   s.live = false;
   free_ids_.push_back(seq);
@@ -58,41 +126,103 @@ std::span<const int32_t> KvCache::pages(int32_t seq) const {
   return get(seq).pages;
 }
 
-int64_t KvCache::extend(int32_t seq, int64_t n_new) {
-  get(seq);
+std::span<const int32_t> KvCache::completed(int32_t seq) const {
+  return get(seq).completed;
+}
+
+int32_t KvCache::take_disk_slot() {
+  STRATA_ASSERT_MSG(!free_slots_.empty(), "KV disk file of {} pages per layer is full",
+                    slot_capacity_);
+  const int32_t s = free_slots_.back();
+  free_slots_.pop_back();
+  return s;
+}
+
+int64_t KvCache::extend(int32_t seq, int64_t n_new, int32_t step) {
+  Seq& s = get(seq);
   STRATA_ASSERT(n_new >= 0);
-  Seq& s = seqs_[static_cast<size_t>(seq)];
   const KvGeometry& g = pool_.geometry();
-  const int64_t old_len = s.length;
-  const int64_t want = g.pages_for(old_len + n_new);
-  if (old_len % g.page_size != 0 && n_new > 0) {
-    STRATA_ASSERT_MSG(pool_.ref_count(s.pages.back()) == 1,
-                      "appending into page {} shared by {} tables", s.pages.back(),
-                      pool_.ref_count(s.pages.back()));
-  }
+  const int64_t ps = g.page_size;
+  const int64_t old_len = s.length, new_len = old_len + n_new;
+  const int64_t want = g.pages_for(new_len);
   const size_t had = s.pages.size();
   try {
-    while (static_cast<int64_t>(s.pages.size()) < want) s.pages.push_back(pool_.allocate());
+    for (int64_t p = static_cast<int64_t>(had); p < want; ++p) {
+      const bool full = (p + 1) * ps <= new_len;
+      const int32_t id = kv_page_home(placement_, p) == Tier::kDisk && full
+                             ? pool_.allocate_unbacked()
+                             : pool_.allocate();
+      s.pages.push_back(id);
+      const size_t cap = static_cast<size_t>(pool_.capacity());
+      if (slot_of_.size() < cap) {
+        slot_of_.resize(cap, -1);
+        created_.resize(cap, -1);
+      }
+      if (!pool_.backed(id)) created_[static_cast<size_t>(id)] = step;
+    }
   } catch (...) {
     while (s.pages.size() > had) {
-      pool_.release(s.pages.back());
+      free_page(s.pages.back());
       s.pages.pop_back();
     }
     throw;
   }
-  s.length = old_len + n_new;
+  // Disk pages these tokens complete: stored in this step.
+  s.completed.clear();
+  for (int64_t p = old_len / ps; (p + 1) * ps <= new_len; ++p) {
+    if (kv_page_home(placement_, p) != Tier::kDisk) continue;
+    const int32_t id = s.pages[static_cast<size_t>(p)];
+    if (slot_of_[static_cast<size_t>(id)] < 0) slot_of_[static_cast<size_t>(id)] = take_disk_slot();
+    s.completed.push_back(id);
+  }
+  s.length = new_len;
   return old_len;
 }
 
-int64_t KvCache::pages_needed(std::span<const int32_t> seqs,
-                              std::span<const int64_t> total_tokens) const {
-  const KvGeometry& g = pool_.geometry();
-  int64_t n = 0;
-  for (size_t i = 0; i < total_tokens.size(); ++i) {
-    const int64_t have = i < seqs.size() ? static_cast<int64_t>(get(seqs[i]).pages.size()) : 0;
-    n += std::max<int64_t>(0, g.pages_for(total_tokens[i]) - have);
+KvNeeds KvCache::needs(const std::vector<std::vector<int64_t>>& lengths) const {
+  return kv_block_needs(pool_.geometry(), placement_, lengths);
+}
+
+void KvCache::set_disk_slots(int64_t n) {
+  if (n <= slot_capacity_) return;
+  STRATA_ASSERT_MSG(n_live_ == 0, "KV disk slots changed with {} live sequences", n_live_);
+  slot_capacity_ = n;
+  free_slots_.clear();
+  for (int64_t s = slot_capacity_ - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+}
+
+int32_t KvCache::disk_slot(int32_t page) const {
+  const size_t p = static_cast<size_t>(page);
+  return p < slot_of_.size() ? slot_of_[p] : -1;
+}
+
+bool KvCache::fresh(int32_t page, int32_t step) const {
+  const size_t p = static_cast<size_t>(page);
+  return !pool_.backed(page) && p < created_.size() && created_[p] == step;
+}
+
+void KvCache::mark_retiring(int32_t page, uint64_t last_store) {
+  for (Retiring& r : retiring_) {
+    if (r.page == page) {
+      r.last_store = std::max(r.last_store, last_store);
+      return;
+    }
   }
+  retiring_.push_back({page, last_store});
+}
+
+uint64_t KvCache::retiring_until() const {
+  uint64_t n = 0;
+  for (const Retiring& r : retiring_) n = std::max(n, r.last_store);
   return n;
+}
+
+void KvCache::retire(uint64_t done) {
+  std::erase_if(retiring_, [&](const Retiring& r) {
+    if (r.last_store > done) return false;
+    pool_.drop_storage(r.page);
+    return true;
+  });
 }
 
 }  // namespace strata

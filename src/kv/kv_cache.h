@@ -1,69 +1,155 @@
 // The paged KV cache: sequences, each with one page table shared by every
 // layer (key j of a sequence is at offset j % page_size of its
-// (j / page_size)-th page, in every layer), over a PagePool. Pages are taken
-// from the pool as a sequence grows and released when it is removed.
+// (j / page_size)-th page, in every layer), over a PagePool
+// (kv/page_pool.h), and a home tier for each page from the placement
+// (core/placement.h, by page index: kv_page_home). It decides which bytes
+// are where; the offload engine moves them (offload/kv_staging.h) and keeps
+// the pages living on disk in its file (offload/kv_file.h). The one
+// bookkeeper of sequences and pages: the engine and the tests use it.
 //
 // A sequence's length counts the tokens whose slots are assigned: extend()
 // makes room for new tokens and advances the length at once; the layers then
-// write those slots (Backend::kv_append) before attention reads them. Each
-// page of a table holds one reference; a page shared with another table
-// (ref_count > 1) is never written: extend() asserts that the partly filled
-// last page it appends into is the table's own.
+// write those slots (Backend::kv_append) before attention reads them.
 //
-// Invariants: pages(seq).size() == page_size-ceil of length(seq); every page
-// of a table has ref_count >= 1.
+// Life of a page whose home is disk:
+//   - created by extend() for tokens that fill it completely (a prefill):
+//     unbacked (no RAM in the pool) and *fresh*: in that step the engine
+//     points each layer's entry at a staging record, the layer's kv_append
+//     writes it there, attention reads it there, and the record is stored;
+//   - created for tokens that fill it partly: backed (RAM in the pool) like
+//     any RAM page, until an extend() completes it; then, in that step, each
+//     layer's K and V are stored from RAM, and once every layer's store is
+//     done the engine drops its storage (retire());
+//   - in later steps it is unbacked and its layer-j record is loaded into a
+//     staging record before layer j computes on its micro-batch.
+// So the RAM a disk page costs is the staging of one micro-batch's disk
+// pages of one layer (double-buffered), plus at most the one partial page of
+// each sequence and the pages completed in the last step.
+//
+// Disk pages have a slot each (a record per layer in the engine's KV file):
+// a sequence's disk pages completed together get consecutive slots, so their
+// records of one layer are one read.
+//
+// Invariants: a page is in exactly one page table (no sharing); pages(seq)
+// has page_size-ceil(length(seq)) entries; an unbacked page that is not fresh
+// has every layer's record on disk (its stores were issued in the step that
+// completed it, and the engine orders loads after stores); disk slots in use
+// <= disk_slots().
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <vector>
 
+#include "core/placement.h"
 #include "kv/page_pool.h"
 
 namespace strata {
 
+// The home of page `page_index` of a sequence: page p lives in RAM (gpu or
+// cpu) when floor((p+1) r) > floor(p r) for the RAM share r = gpu + cpu,
+// else on disk; among RAM pages, on gpu when floor((p+1) g) > floor(p g) too.
+// So of any sequence's first n pages exactly floor(n r) live in RAM (the disk
+// pages are spread evenly, and every micro-batch holds the shares, whatever
+// its lengths), at most floor(n g) of them on gpu. `placement` as folded for
+// the device (Placement::folded).
+Tier kv_page_home(const Placement& placement, int64_t page_index);
+
+// What a block of sequences needs of the KV cache.
+struct KvNeeds {
+  int64_t backed_pages = 0;   // pool pages at the peak
+  int64_t disk_pages = 0;     // disk slots
+  int64_t stage_records = 0;  // staging records of the largest micro-batch at one layer
+};
+// For micro-batches of sequences growing to `lengths[k][s]` tokens.
+KvNeeds kv_block_needs(const KvGeometry& geometry, const Placement& placement,
+                       const std::vector<std::vector<int64_t>>& lengths);
+
 class KvCache {
  public:
-  KvCache(Backend& backend, const KvGeometry& geometry, uint64_t budget_bytes);
+  // `budget_bytes`: the pool's budget (backed pages); `placement` as folded
+  // for the device (its KV shares give the pages' homes; the default keeps
+  // every page in the pool). Throws Error as the pool does.
+  KvCache(Backend& backend, const KvGeometry& geometry, uint64_t budget_bytes,
+          const Placement& placement = Placement{});
   ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
   PagePool& pool() { return pool_; }
   const PagePool& pool() const { return pool_; }
   const KvGeometry& geometry() const { return pool_.geometry(); }
+  const Placement& placement() const { return placement_; }
+  // True when the placement puts some pages on disk.
+  bool any_disk() const { return placement_.disk(DataKind::kKv) > 1e-12; }
 
+  // ---- sequences ----
   // A new, empty sequence; ids of removed sequences are reused.
   int32_t add_sequence();
-  // Releases the sequence's pages; its id becomes free.
+  // Frees the sequence's pages and disk slots; its id becomes free.
   void remove_sequence(int32_t seq);
   int64_t n_sequences() const { return n_live_; }
-
   int64_t length(int32_t seq) const;
   std::span<const int32_t> pages(int32_t seq) const;  // the page table, in key order
+  // Assigns slots to n_new more tokens in generation step `step` (pages as
+  // described above; disk slots for pages that become full on disk); returns
+  // the previous length (the position of the first new token). Error (from
+  // the pool) when the budget is exhausted; the sequence is then unchanged.
+  int64_t extend(int32_t seq, int64_t n_new, int32_t step = 0);
+  // Disk-homed pages the last extend() of `seq` completed (fresh unbacked
+  // ones and backed ones), in table order: their records are stored in
+  // this step.
+  std::span<const int32_t> completed(int32_t seq) const;
+  // Fresh: unbacked and created in generation step `step` (no record on
+  // disk yet).
+  bool fresh(int32_t page, int32_t step) const;
 
-  // Assigns slots to n_new more tokens of seq, allocating pages as needed;
-  // returns the previous length (the position of the first new token).
-  // Throws Error (from the pool) when the budget is exhausted; the sequence
-  // is then unchanged.
-  int64_t extend(int32_t seq, int64_t n_new);
+  // What a block needs (kv_block_needs with this cache's geometry and placement).
+  KvNeeds needs(const std::vector<std::vector<int64_t>>& lengths) const;
 
-  // Pages the pool must still hand out for the listed growth: for each i,
-  // sequence seqs[i] (or a new one when seqs is shorter) growing to
-  // total_tokens[i] tokens.
-  int64_t pages_needed(std::span<const int32_t> seqs, std::span<const int64_t> total_tokens) const;
+  // ---- disk slots ----
+  // Makes `n` slots available (at least; all free: no live sequence may
+  // hold one).
+  void set_disk_slots(int64_t n);
+  int64_t disk_slots() const { return slot_capacity_; }
+  // The slot of a disk page, -1 for none.
+  int32_t disk_slot(int32_t page) const;
+
+  // Pages whose storage may go once their stores are done: the caller marks
+  // them with the number of their last store, and retire() drops the
+  // storage of those whose number `done` has reached.
+  void mark_retiring(int32_t page, uint64_t last_store);
+  void retire(uint64_t done);
+  int64_t n_retiring() const { return static_cast<int64_t>(retiring_.size()); }
+  uint64_t retiring_until() const;  // the largest last-store number marked, 0 for none
 
  private:
   struct Seq {
     bool live = false;
     int64_t length = 0;
     std::vector<int32_t> pages;
+    std::vector<int32_t> completed;
   };
+  Seq& get(int32_t seq);
   const Seq& get(int32_t seq) const;
+  int32_t take_disk_slot();
+  void free_page(int32_t page);
 
   PagePool pool_;
+  Placement placement_;
   std::vector<Seq> seqs_;
   std::vector<int32_t> free_ids_;
   int64_t n_live_ = 0;
+  // Per page id (grown with the pool's capacity).
+  std::vector<int32_t> slot_of_;  // disk slot, -1 for none
+  std::vector<int32_t> created_;  // generation step an unbacked page was created in, -1 otherwise
+  struct Retiring {
+    int32_t page;
+    uint64_t last_store;
+  };
+  std::vector<Retiring> retiring_;
+  int64_t slot_capacity_ = 0;
+  std::vector<int32_t> free_slots_;
 };
 
 }  // namespace strata

@@ -16,18 +16,6 @@ constexpr int64_t kMinGrowPages = 64;
 
 }  // namespace
 
-std::string_view page_tier_name(PageTier t) {
-  switch (t) {
-    case PageTier::kGpu:
-      return "gpu";
-    case PageTier::kCpu:
-      return "cpu";
-    case PageTier::kDisk:
-      return "disk";
-  }
-  return "unknown";
-}
-
 uint64_t KvGeometry::page_bytes() const {
   return kv_page_bytes(dtype, page_size, n_kv_head, head_dim);  // core/kv_layout.h
 }
@@ -73,7 +61,6 @@ PagePool::PagePool(Backend& backend, const KvGeometry& geometry, uint64_t budget
         format_bytes(static_cast<double>(budget_)), g_.page_size,
         format_bytes(static_cast<double>(per_page)), g_.n_layer);
   }
-  default_home_ = backend_.memory_is_host() ? PageTier::kCpu : PageTier::kGpu;
   layers_.resize(static_cast<size_t>(g_.n_layer));
 }
 
@@ -128,8 +115,7 @@ int64_t PagePool::grow_ids(int64_t min_capacity) {
     a.k_min = std::move(k_min);
     a.k_max = std::move(k_max);
   }
-  refs_.resize(static_cast<size_t>(new_cap), 0);
-  home_.resize(static_cast<size_t>(new_cap), default_home_);
+  in_use_.resize(static_cast<size_t>(new_cap), 0);
   slot_.resize(static_cast<size_t>(new_cap), -1);
   // Called with no free id left; the new ids go out lowest first.
   for (int64_t p = new_cap - 1; p >= old_cap; --p) free_.push_back(static_cast<int32_t>(p));
@@ -233,8 +219,7 @@ int32_t PagePool::allocate() {
   const int32_t page = free_.back();
   free_.pop_back();
   if (slot_[static_cast<size_t>(page)] < 0) attach(page, take_slot());
-  refs_[static_cast<size_t>(page)] = 1;
-  home_[static_cast<size_t>(page)] = default_home_;
+  in_use_[static_cast<size_t>(page)] = 1;
   ++n_used_;
   peak_used_ = std::max(peak_used_, n_used_);
   return page;
@@ -245,17 +230,15 @@ int32_t PagePool::allocate_unbacked() {
   const int32_t page = free_.back();
   free_.pop_back();
   if (slot_[static_cast<size_t>(page)] >= 0) spare_.push_back(detach(page));
-  refs_[static_cast<size_t>(page)] = 1;
-  home_[static_cast<size_t>(page)] = PageTier::kDisk;
+  in_use_[static_cast<size_t>(page)] = 1;
   ++n_unbacked_;
   return page;
 }
 
 void PagePool::drop_storage(int32_t page) {
   check_id(page);
-  STRATA_ASSERT_MSG(refs_[static_cast<size_t>(page)] > 0, "drop_storage of free page {}", page);
+  STRATA_ASSERT_MSG(in_use_[static_cast<size_t>(page)], "drop_storage of free page {}", page);
   spare_.push_back(detach(page));
-  home_[static_cast<size_t>(page)] = PageTier::kDisk;
   --n_used_;
   ++n_unbacked_;
 }
@@ -273,39 +256,17 @@ void PagePool::stage(int64_t l, int32_t page, void* k, void* v) {
   set_entry(l, page, k, v);
 }
 
-void PagePool::retain(int32_t page) {
+void PagePool::free(int32_t page) {
   check_id(page);
-  STRATA_ASSERT_MSG(refs_[static_cast<size_t>(page)] > 0, "retain of free page {}", page);
-  ++refs_[static_cast<size_t>(page)];
-}
-
-void PagePool::release(int32_t page) {
-  check_id(page);
-  int32_t& r = refs_[static_cast<size_t>(page)];
-  STRATA_ASSERT_MSG(r > 0, "release of free page {}", page);
-  if (--r == 0) {
-    free_.push_back(page);
-    if (slot_[static_cast<size_t>(page)] >= 0) {
-      --n_used_;
-    } else {
-      --n_unbacked_;
-    }
+  uint8_t& used = in_use_[static_cast<size_t>(page)];
+  STRATA_ASSERT_MSG(used, "free of free page {}", page);
+  used = 0;
+  free_.push_back(page);
+  if (slot_[static_cast<size_t>(page)] >= 0) {
+    --n_used_;
+  } else {
+    --n_unbacked_;
   }
-}
-
-int32_t PagePool::ref_count(int32_t page) const {
-  check_id(page);
-  return refs_[static_cast<size_t>(page)];
-}
-
-PageTier PagePool::home(int32_t page) const {
-  check_id(page);
-  return home_[static_cast<size_t>(page)];
-}
-
-void PagePool::set_home(int32_t page, PageTier tier) {
-  check_id(page);
-  home_[static_cast<size_t>(page)] = tier;
 }
 
 std::pair<void*, void*> PagePool::entry(int64_t l, int32_t page) const {

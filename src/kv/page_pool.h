@@ -10,13 +10,12 @@
 //
 // Storage is device memory from the Backend, allocated on demand in slabs
 // (capacity doubles, never beyond the budget); pages are handed out from a
-// free list with a reference count of 1 and return to it when the count
-// drops to 0, so several sequences can share a page (a prompt prefix).
-// Every page carries its home tier (where its bytes live).
+// free list and return to it when freed. A page belongs to one sequence
+// (the KV cache's page tables, kv/kv_cache.h); nothing here is shared.
 //
 // A page may also exist without storage in the pool (allocate_unbacked,
 // drop_storage): its home is then the disk and its bytes live in a file of
-// the offload engine (offload/kv_store.h), which points the page's entry of
+// the offload engine (offload/kv_file.h), which points the page's entry of
 // one layer at staging memory (stage()) before an op reads or writes it.
 // Such a page keeps its id, table entries and key min/max (f32, in the pool:
 // 1/page_size of its bytes) but costs no budget; the budget counts the
@@ -30,7 +29,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,10 +36,6 @@
 #include "kernels/backend.h"
 
 namespace strata {
-
-// Where a page's bytes live (the tiers of DESIGN §3).
-enum class PageTier : uint8_t { kGpu, kCpu, kDisk };
-std::string_view page_tier_name(PageTier t);
 
 struct KvGeometry {
   int64_t n_layer = 0;
@@ -83,21 +77,17 @@ class PagePool {
   // Error when the pages in use need more or it holds no page.
   void set_budget(uint64_t budget_bytes);
 
-  // A free page with reference count 1, its min/max not yet meaningful.
+  // A page now in use, with storage; its min/max not yet meaningful.
   // Throws Error naming the budget when every page the budget holds is in use.
   int32_t allocate();
-  void retain(int32_t page);
-  // Drops one reference; the page is free again at 0.
-  void release(int32_t page);
-  int32_t ref_count(int32_t page) const;
-  PageTier home(int32_t page) const;
-  void set_home(int32_t page, PageTier tier);
+  // Returns a page in use (backed or not) to the free list.
+  void free(int32_t page);
 
-  // A page in use (reference count 1) without storage in the pool: home
-  // disk, entries null until stage(). Costs no budget.
+  // A page in use without storage in the pool: its bytes live elsewhere (a
+  // file of the offload engine), entries null until stage(). Costs no budget.
   int32_t allocate_unbacked();
   // Gives the storage of a backed page in use back to the pool (its bytes
-  // now live elsewhere): it becomes unbacked, home disk, entries null.
+  // now live elsewhere): it becomes unbacked, entries null.
   void drop_storage(int32_t page);
   bool backed(int32_t page) const;
   // Points layer l's entry of an unbacked page at K and V memory of the
@@ -131,7 +121,6 @@ class PagePool {
   int64_t n_unbacked_ = 0;
   int64_t peak_used_ = 0;
   int64_t n_slots_ = 0;
-  PageTier default_home_ = PageTier::kCpu;
 
   std::vector<DeviceBuffer> slabs_;  // slot storage: [layer][K, V][slots of the slab][page_bytes]
   struct LayerArrays {
@@ -141,8 +130,7 @@ class PagePool {
     std::vector<void*> k_slot, v_slot;  // [n_slots] where each storage slot's pages are
   };
   std::vector<LayerArrays> layers_;
-  std::vector<int32_t> refs_;   // [capacity]
-  std::vector<PageTier> home_;  // [capacity]
+  std::vector<uint8_t> in_use_;  // [capacity] 1 while the page is handed out
   std::vector<int32_t> slot_;   // [capacity] storage slot of each id, -1 for none
   std::vector<int32_t> free_;   // free page ids; the last one goes out next
   std::vector<int32_t> spare_;  // storage slots held by no id

@@ -1,4 +1,4 @@
-// The paged KV cache: pages on demand, budget, reference counts, growth that
+// The paged KV cache: pages on demand, budget, freeing pages, growth that
 // keeps page contents, and key min/max kept up to date as tokens are
 // appended through the backend.
 #include <gtest/gtest.h>
@@ -64,10 +64,6 @@ TEST(KvCache, PagesOnDemandAndFreedWithTheSequence) {
   for (int32_t p : kv.pages(a)) all.insert(p);
   for (int32_t p : kv.pages(b)) all.insert(p);
   EXPECT_EQ(all.size(), 5u) << "two tables share a page";
-  for (int32_t p : all) {
-    EXPECT_EQ(kv.pool().ref_count(p), 1);
-    EXPECT_EQ(kv.pool().home(p), PageTier::kCpu);
-  }
 
   kv.remove_sequence(a);
   EXPECT_EQ(kv.pool().n_used(), 3);
@@ -90,7 +86,6 @@ TEST(KvCache, BudgetExhaustedIsAnErrorAndLeavesTheSequenceUnchanged) {
   const int32_t a = kv.add_sequence();
   kv.extend(a, 20);  // 2 pages
   const int32_t b = kv.add_sequence();
-  EXPECT_EQ(kv.pages_needed(std::vector<int32_t>{a}, std::vector<int64_t>{64, 33}), 2 + 3);
   try {
     kv.extend(b, 16 * 3);
     FAIL() << "expected an Error";
@@ -116,22 +111,25 @@ TEST(KvCache, BudgetBelowOnePageIsAnError) {
   EXPECT_THROW(KvCache(be, bad, 1 << 20), Error);
 }
 
-TEST(PagePool, ReferenceCounts) {
+TEST(PagePool, FreedPagesReturnToThePool) {
   CpuBackend be(1);
   const KvGeometry g = geometry(DType::kF16);
-  PagePool pool(be, g, 10 * g.bytes_per_page());
+  PagePool pool(be, g, 2 * g.bytes_per_page());
   const int32_t p = pool.allocate();
-  pool.retain(p);
-  pool.retain(p);
-  EXPECT_EQ(pool.ref_count(p), 3);
-  pool.release(p);
-  pool.release(p);
+  const int32_t q = pool.allocate();
+  EXPECT_EQ(pool.n_used(), 2);
+  EXPECT_THROW(pool.allocate(), Error);  // the budget holds two
+  pool.free(p);
   EXPECT_EQ(pool.n_used(), 1);
-  pool.release(p);
+  EXPECT_EQ(pool.allocate(), p) << "a freed page is handed out again";
+  pool.free(q);
+  pool.free(p);
   EXPECT_EQ(pool.n_used(), 0);
-  EXPECT_EQ(pool.ref_count(p), 0);
-  pool.set_home(pool.allocate(), PageTier::kDisk);
-  EXPECT_EQ(page_tier_name(PageTier::kDisk), "disk");
+  const int32_t u = pool.allocate_unbacked();
+  EXPECT_FALSE(pool.backed(u));
+  EXPECT_EQ(pool.n_unbacked(), 1);
+  pool.free(u);
+  EXPECT_EQ(pool.n_unbacked(), 0);
 }
 
 // Page storage: every page of every layer is its own aligned, non-overlapping

@@ -1,4 +1,4 @@
-// Injected disk faults (offload/disk_faults.h) through both disk engine
+// Injected disk faults (offload/disk_faults.h) through both disk I/O layer
 // queues: EIO on a read and on a write, a read cut short, ENOSPC on a write,
 // each at the N-th matching request and naming the file and the operation;
 // a partial I/O that the engine resubmits transparently; the count and the
@@ -10,7 +10,7 @@
 
 #include "../io/file_writers.h"
 #include "core/error.h"
-#include "offload/disk_engine.h"
+#include "offload/disk_io.h"
 #include "offload/disk_faults.h"
 #include "offload_test_util.h"
 
@@ -23,8 +23,8 @@ struct Disarm {
   ~Disarm() { disarm_disk_fault(); }
 };
 
-DiskEngineOptions opts(bool io_uring) {
-  DiskEngineOptions o;
+DiskIoOptions opts(bool io_uring) {
+  DiskIoOptions o;
   o.use_io_uring = io_uring;
   o.chunk_bytes = size_t{64} << 10;
   o.queue_depth = 4;
@@ -56,7 +56,7 @@ class DiskFaultTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(DiskFaultTest, IoErrorOnTheNthReadNamesFileAndOperation) {
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(path_, OpenMode::kRead);
   arm_disk_fault({DiskFaultKind::kIoError, DiskFaultOp::kRead, 3, ""});
   std::vector<std::byte> buf(kBytes);
@@ -75,7 +75,7 @@ TEST_P(DiskFaultTest, IoErrorOnTheNthReadNamesFileAndOperation) {
 }
 
 TEST_P(DiskFaultTest, ShortReadIsTheEndOfTheFile) {
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(path_, OpenMode::kRead);
   arm_disk_fault({DiskFaultKind::kShortRead, DiskFaultOp::kRead, 1, ""});
   std::vector<std::byte> buf(kBytes);
@@ -85,7 +85,7 @@ TEST_P(DiskFaultTest, ShortReadIsTheEndOfTheFile) {
 }
 
 TEST_P(DiskFaultTest, PartialIoIsResubmittedAndCorrect) {
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(path_, OpenMode::kReadWrite);
   std::vector<std::byte> buf(kBytes);
   arm_disk_fault({DiskFaultKind::kPartial, DiskFaultOp::kRead, 1, ""});
@@ -101,7 +101,7 @@ TEST_P(DiskFaultTest, PartialIoIsResubmittedAndCorrect) {
 }
 
 TEST_P(DiskFaultTest, NoSpaceOnAWriteNamesFileAndSaysTheDiskIsFull) {
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const std::string kv = dir_ / "kv.bin";
   const DiskFile f = DiskFile::open(kv, OpenMode::kCreate);
   arm_disk_fault({DiskFaultKind::kNoSpace, DiskFaultOp::kWrite, 2, "kv.bin"});
@@ -113,7 +113,7 @@ TEST_P(DiskFaultTest, NoSpaceOnAWriteNamesFileAndSaysTheDiskIsFull) {
 }
 
 TEST_P(DiskFaultTest, OnlyMatchingRequestsCount) {
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(path_, OpenMode::kReadWrite);
   arm_disk_fault({DiskFaultKind::kIoError, DiskFaultOp::kRead, 1, "kv"});  // another file
   std::vector<std::byte> buf(4096);

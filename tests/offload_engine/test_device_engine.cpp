@@ -26,7 +26,7 @@
 #include "model/model.h"
 #include "offload/device.h"
 #include "offload/engine.h"
-#include "offload/placement.h"
+#include "offload/weight_placement.h"
 #include "offload_engine/fixture_runs.h"
 
 namespace strata {

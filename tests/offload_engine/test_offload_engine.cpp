@@ -28,7 +28,7 @@
 #include "offload_engine/fixture_runs.h"
 #include "offload/offload_test_util.h"
 #include "offload/pack.h"
-#include "offload/placement.h"
+#include "offload/weight_placement.h"
 #include "offload/trace.h"
 
 namespace strata {

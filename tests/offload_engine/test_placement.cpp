@@ -1,4 +1,4 @@
-// Placement (offload/placement.h): weight cuts at tensor boundaries that
+// Placement (offload/weight_placement.h, kv/kv_cache.h): weight cuts at tensor boundaries that
 // hold the fractions within half a tensor for every prefix of the model, disk
 // shares that are tails of units, and KV page homes whose counts are exact.
 #include <gtest/gtest.h>
@@ -8,7 +8,8 @@
 
 #include "core/error.h"
 #include "model/model.h"
-#include "offload/placement.h"
+#include "kv/kv_cache.h"
+#include "offload/weight_placement.h"
 
 namespace strata {
 namespace {

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "offload/aligned_buffer.h"
-#include "offload/disk_engine.h"
+#include "offload/disk_io.h"
 #include "offload/trace.h"
 #include "offload/transfer.h"
 
@@ -41,13 +41,13 @@ std::vector<std::byte> random_bytes(size_t n, uint32_t seed) {
 TEST(Transfer, CopiesBetweenRamAndDiskInQueueOrder) {
   TempDir dir;
   CpuBackend backend(1);
-  DiskEngine disk;
+  DiskIo disk;
   auto trace = std::make_shared<Trace>();
   Mover mover(backend, &disk);
   TransferQueue loads("load", trace.get()), stores("store", trace.get());
   const DiskFile f = DiskFile::open((dir.path / "x.bin").string(), OpenMode::kCreate);
 
-  // Odd sizes and offsets: the disk engine bounces what O_DIRECT cannot take.
+  // Odd sizes and offsets: the disk I/O layer bounces what O_DIRECT cannot take.
   const std::vector<std::pair<uint64_t, size_t>> pieces = {
       {0, 8192}, {8192, 3000}, {12288, 1}, {20000, 70001}, {100000, 4096}};
   std::vector<std::vector<std::byte>> src;
@@ -103,7 +103,7 @@ TEST(Transfer, CopiesBetweenRamAndDiskInQueueOrder) {
 TEST(Transfer, AFailureComesBackFromTheNextWait) {
   TempDir dir;
   CpuBackend backend(1);
-  DiskEngine disk;
+  DiskIo disk;
   Mover mover(backend, &disk);
   TransferQueue loads("load", nullptr);
   const DiskFile f = DiskFile::open((dir.path / "short.bin").string(), OpenMode::kCreate);

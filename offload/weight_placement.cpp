@@ -1,5 +1,5 @@
-// Placement (placement.h): weight cuts by error diffusion, KV page homes.
-#include "offload/placement.h"
+// Weight placement (weight_placement.h): cuts by error diffusion.
+#include "offload/weight_placement.h"
 
 #include <cmath>
 
@@ -17,16 +17,6 @@ uint64_t packed_bytes(const TensorInfo& t, const PackOptions& options) {
   const DType dt = pack_dtype(t.name, t.shape, t.dtype, options);
   if (dt == t.dtype) return t.nbytes;
   return static_cast<uint64_t>(t.shape[0]) * row_bytes(dt, t.shape[1]);
-}
-
-// floor((p + 1) f) > floor(p f): page p is one of the fraction f of pages
-// (with a tolerance so that f = 1 selects every page despite rounding).
-bool selects(double f, int64_t p) {
-  if (f >= 1 - 1e-12) return true;
-  if (f <= 1e-12) return false;
-  const double a = std::floor(static_cast<double>(p) * f + 1e-9);
-  const double b = std::floor(static_cast<double>(p + 1) * f + 1e-9);
-  return b > a;
 }
 
 }  // namespace
@@ -133,23 +123,6 @@ WeightPlacement place_weights(const ModelDesc& desc, const PackOptions& options,
     wp.units.push_back(std::move(u));
   }
   return wp;
-}
-
-Tier kv_page_home(const Placement& f, int64_t page_index) {
-  if (!selects(f[Share::kKvGpu] + f[Share::kKvCpu], page_index)) return Tier::kDisk;
-  return selects(f[Share::kKvGpu], page_index) ? Tier::kGpu : Tier::kCpu;
-}
-
-PageTier to_page_tier(Tier t) {
-  switch (t) {
-    case Tier::kGpu:
-      return PageTier::kGpu;
-    case Tier::kCpu:
-      return PageTier::kCpu;
-    case Tier::kDisk:
-      return PageTier::kDisk;
-  }
-  return PageTier::kCpu;
 }
 
 }  // namespace strata

@@ -1,4 +1,4 @@
-// The disk engine against an oracle (plain file reads and writes): round
+// The disk I/O layer against an oracle (plain file reads and writes): round
 // trips at odd sizes, offsets and buffer addresses, many requests in flight,
 // both the io_uring queue and the pread/pwrite fallback, and the error paths
 // (past the end of a file, read-only file, unwritable directory, file size
@@ -21,7 +21,7 @@
 
 #include "../io/file_writers.h"
 #include "core/error.h"
-#include "offload/disk_engine.h"
+#include "offload/disk_io.h"
 #include "offload_test_util.h"
 
 namespace strata {
@@ -32,8 +32,8 @@ using offload_test::read_file;
 using offload_test::write_file;
 using test_files::TempDir;
 
-DiskEngineOptions opts(bool io_uring, size_t chunk = size_t{1} << 20, int depth = 8) {
-  DiskEngineOptions o;
+DiskIoOptions opts(bool io_uring, size_t chunk = size_t{1} << 20, int depth = 8) {
+  DiskIoOptions o;
   o.use_io_uring = io_uring;
   o.chunk_bytes = chunk;
   o.queue_depth = depth;
@@ -54,25 +54,25 @@ void expect_error(F&& f, std::initializer_list<std::string> parts) {
   }
 }
 
-class DiskEngineTest : public ::testing::TestWithParam<bool> {
+class DiskIoTest : public ::testing::TestWithParam<bool> {
  protected:
   bool uring() const { return GetParam(); }
 };
 
-TEST_P(DiskEngineTest, UsesTheRequestedBackend) {
-  DiskEngine e(opts(uring()));
+TEST_P(DiskIoTest, UsesTheRequestedBackend) {
+  DiskIo e(opts(uring()));
   if (uring() && std::string(e.backend_name()) != "io_uring")
     GTEST_SKIP() << "io_uring unavailable here";
   EXPECT_STREQ(e.backend_name(), uring() ? "io_uring" : "threads");
 }
 
-TEST_P(DiskEngineTest, RoundTripOddSizesOffsetsAndAddresses) {
+TEST_P(DiskIoTest, RoundTripOddSizesOffsetsAndAddresses) {
   TempDir dir;
   const std::string path = dir / "f.bin";
   constexpr size_t kFile = size_t{4} << 20;
   std::vector<std::byte> expected = pattern(kFile, 1);
   write_file(path, expected);
-  DiskEngine e(opts(uring(), size_t{64} << 10, 8));
+  DiskIo e(opts(uring(), size_t{64} << 10, 8));
   const DiskFile f = DiskFile::open(path, OpenMode::kReadWrite);
   const size_t sizes[] = {1, 4095, 4096, 4097, (size_t{1} << 20) + 3, 65536 * 3 + 17};
   const uint64_t offsets[] = {0, 1, 4095, 4096, 4097, 65536 - 5, (uint64_t{1} << 20) + 123};
@@ -105,9 +105,9 @@ TEST_P(DiskEngineTest, RoundTripOddSizesOffsetsAndAddresses) {
   EXPECT_TRUE(on_disk == expected) << "file differs from the oracle";
 }
 
-TEST_P(DiskEngineTest, WritesExtendANewFileAndTailsReadBack) {
+TEST_P(DiskIoTest, WritesExtendANewFileAndTailsReadBack) {
   TempDir dir;
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   for (size_t n : {size_t{1}, size_t{4095}, size_t{4097}, (size_t{1} << 20) + 3}) {
     const std::string path = dir / ("new-" + std::to_string(n));
     const DiskFile f = DiskFile::open(path, OpenMode::kCreate);
@@ -125,10 +125,10 @@ TEST_P(DiskEngineTest, WritesExtendANewFileAndTailsReadBack) {
   }
 }
 
-TEST_P(DiskEngineTest, ManyConcurrentRequests) {
+TEST_P(DiskIoTest, ManyConcurrentRequests) {
   TempDir dir;
   const std::string path = dir / "many.bin";
-  DiskEngine e(opts(uring(), size_t{128} << 10, 4));
+  DiskIo e(opts(uring(), size_t{128} << 10, 4));
   const DiskFile f = DiskFile::open(path, OpenMode::kCreate);
   // 300 disjoint segments of random length at random gaps.
   std::mt19937 rng(7);
@@ -180,12 +180,12 @@ TEST_P(DiskEngineTest, ManyConcurrentRequests) {
   EXPECT_TRUE(back == big);
 }
 
-TEST_P(DiskEngineTest, ReadPastTheEndIsAnError) {
+TEST_P(DiskIoTest, ReadPastTheEndIsAnError) {
   TempDir dir;
   const std::string path = dir / "short.bin";
   const std::vector<std::byte> data = pattern(10000, 3);
   write_file(path, data);
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(path, OpenMode::kRead);
   std::vector<std::byte> buf(20000);
   expect_error([&] { e.read_sync(f, 0, buf.data(), 20000); },
@@ -201,21 +201,21 @@ TEST_P(DiskEngineTest, ReadPastTheEndIsAnError) {
   EXPECT_EQ(std::memcmp(buf.data(), data.data(), 10000), 0);
 }
 
-TEST_P(DiskEngineTest, WriteToAReadOnlyFileIsAnError) {
+TEST_P(DiskIoTest, WriteToAReadOnlyFileIsAnError) {
   TempDir dir;
   const std::string path = dir / "ro.bin";
   write_file(path, pattern(8192, 4));
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(path, OpenMode::kRead);
   const std::vector<std::byte> data = pattern(8192, 5);
   expect_error([&] { e.write_sync(f, 0, data.data(), 8192); },
                {path, "write of 8192 bytes at offset 0"});
 }
 
-TEST_P(DiskEngineTest, FileSizeLimitMakesWritesFail) {
+TEST_P(DiskIoTest, FileSizeLimitMakesWritesFail) {
   TempDir dir;
   const std::string path = dir / "big.bin";
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(path, OpenMode::kCreate);
   const std::vector<std::byte> data = pattern(size_t{3} << 20, 6);
   {
@@ -229,7 +229,7 @@ TEST_P(DiskEngineTest, FileSizeLimitMakesWritesFail) {
   EXPECT_TRUE(read_file(path) == data);
 }
 
-TEST_P(DiskEngineTest, FullFilesystemIsAnError) {
+TEST_P(DiskIoTest, FullFilesystemIsAnError) {
   TempDir dir;
   const std::string mnt = dir / "mnt";
   std::filesystem::create_directories(mnt);
@@ -242,7 +242,7 @@ TEST_P(DiskEngineTest, FullFilesystemIsAnError) {
     ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
   } unmount{mnt};
   const std::string path = mnt + "/full.bin";
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(path, OpenMode::kCreate);
   const std::vector<std::byte> data = pattern(size_t{3} << 20, 7);
   expect_error([&] { e.write_sync(f, 0, data.data(), data.size()); },
@@ -250,9 +250,9 @@ TEST_P(DiskEngineTest, FullFilesystemIsAnError) {
   expect_error([&] { f.allocate(size_t{8} << 20); }, {path, "No space left"});
 }
 
-TEST_P(DiskEngineTest, StatisticsCountBytesAndBusyTime) {
+TEST_P(DiskIoTest, StatisticsCountBytesAndBusyTime) {
   TempDir dir;
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(dir / "s.bin", OpenMode::kCreate);
   const std::vector<std::byte> data = pattern((size_t{2} << 20) + 5, 8);
   e.write_sync(f, 0, data.data(), data.size());
@@ -271,9 +271,9 @@ TEST_P(DiskEngineTest, StatisticsCountBytesAndBusyTime) {
   EXPECT_EQ(e.stats().busy_s, 0);
 }
 
-TEST_P(DiskEngineTest, PollAndEmptyRequests) {
+TEST_P(DiskIoTest, PollAndEmptyRequests) {
   TempDir dir;
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(dir / "p.bin", OpenMode::kCreate);
   EXPECT_TRUE(e.poll(Ticket()));
   e.wait(Ticket());
@@ -286,9 +286,9 @@ TEST_P(DiskEngineTest, PollAndEmptyRequests) {
   e.wait(t);  // waiting twice is fine
 }
 
-TEST_P(DiskEngineTest, BufferedFilesRoundTrip) {
+TEST_P(DiskIoTest, BufferedFilesRoundTrip) {
   TempDir dir;
-  DiskEngine e(opts(uring()));
+  DiskIo e(opts(uring()));
   const DiskFile f = DiskFile::open(dir / "b.bin", OpenMode::kCreate, /*direct=*/false);
   EXPECT_FALSE(f.direct());
   const std::vector<std::byte> data = pattern((size_t{1} << 20) + 4097, 10);
@@ -299,12 +299,12 @@ TEST_P(DiskEngineTest, BufferedFilesRoundTrip) {
   EXPECT_EQ(e.stats().n_bounced, 0u);
 }
 
-TEST_P(DiskEngineTest, FixedBuffersRoundTrip) {
+TEST_P(DiskIoTest, FixedBuffersRoundTrip) {
   TempDir dir;
   AlignedBuffer staging(size_t{4} << 20);
-  DiskEngineOptions o = opts(uring(), size_t{256} << 10, 8);
+  DiskIoOptions o = opts(uring(), size_t{256} << 10, 8);
   o.fixed_buffers = {staging.bytes()};
-  DiskEngine e(o);
+  DiskIo e(o);
   if (uring() && std::string(e.backend_name()) == "io_uring") {
     EXPECT_TRUE(e.buffers_registered()) << "registration failed (see the log)";
   }
@@ -319,12 +319,12 @@ TEST_P(DiskEngineTest, FixedBuffersRoundTrip) {
   EXPECT_EQ(std::memcmp(staging.data() + 1, data.data() + 4096 + 3, 100000), 0);
 }
 
-TEST_P(DiskEngineTest, DestructionWaitsForRequestsInFlight) {
+TEST_P(DiskIoTest, DestructionWaitsForRequestsInFlight) {
   TempDir dir;
   const std::string path = dir / "d.bin";
   const std::vector<std::byte> data = pattern(size_t{6} << 20, 12);
   {
-    DiskEngine e(opts(uring(), size_t{256} << 10, 2));
+    DiskIo e(opts(uring(), size_t{256} << 10, 2));
     const DiskFile f = DiskFile::open(path, OpenMode::kCreate);
     for (size_t off = 0; off < data.size(); off += size_t{1} << 20) {
       e.write(f, off, data.data() + off, size_t{1} << 20);  // never waited
@@ -333,7 +333,7 @@ TEST_P(DiskEngineTest, DestructionWaitsForRequestsInFlight) {
   EXPECT_TRUE(read_file(path) == data);
 }
 
-TEST_P(DiskEngineTest, MeasuresBandwidthAndRemovesItsFile) {
+TEST_P(DiskIoTest, MeasuresBandwidthAndRemovesItsFile) {
   TempDir dir;
   const DiskBandwidth b =
       measure_disk_bandwidth(dir.path().string(), size_t{8} << 20, size_t{1} << 20, 4, uring());
@@ -343,12 +343,12 @@ TEST_P(DiskEngineTest, MeasuresBandwidthAndRemovesItsFile) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DiskEngineTest, ::testing::Values(true, false),
+INSTANTIATE_TEST_SUITE_P(Backends, DiskIoTest, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "io_uring" : "threads"; });
 
-TEST(DiskEngine, EnvironmentVariableSelectsTheFallback) {
+TEST(DiskIo, EnvironmentVariableSelectsTheFallback) {
   ::setenv("STRATA_DISABLE_IO_URING", "1", 1);
-  DiskEngine e;
+  DiskIo e;
   ::unsetenv("STRATA_DISABLE_IO_URING");
   EXPECT_STREQ(e.backend_name(), "threads");
   TempDir dir;
@@ -362,7 +362,7 @@ TEST(DiskEngine, EnvironmentVariableSelectsTheFallback) {
 
 // In a child process where io_uring_setup fails (a seccomp filter, as in
 // containers that forbid io_uring): the engine falls back to threads.
-TEST(DiskEngine, FallsBackWhenTheRingCannotBeSetUp) {
+TEST(DiskIo, FallsBackWhenTheRingCannotBeSetUp) {
   TempDir dir;
   const std::string path = dir / "seccomp.bin";
   const pid_t pid = ::fork();
@@ -379,7 +379,7 @@ TEST(DiskEngine, FallsBackWhenTheRingCannotBeSetUp) {
       ::_exit(3);
     }
     try {
-      DiskEngine e;
+      DiskIo e;
       if (std::string(e.backend_name()) != "threads") ::_exit(1);
       const DiskFile f = DiskFile::open(path, OpenMode::kCreate);
       const std::vector<std::byte> data = pattern(100000, 14);
@@ -398,13 +398,13 @@ TEST(DiskEngine, FallsBackWhenTheRingCannotBeSetUp) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "1: not the fallback, 2: data differ, 4: an Error";
 }
 
-TEST(DiskEngine, BadOptionsAreErrors) {
-  DiskEngineOptions o;
+TEST(DiskIo, BadOptionsAreErrors) {
+  DiskIoOptions o;
   o.chunk_bytes = 1000;
-  expect_error([&] { DiskEngine e(o); }, {"chunk size 1000"});
-  o = DiskEngineOptions{};
+  expect_error([&] { DiskIo e(o); }, {"chunk size 1000"});
+  o = DiskIoOptions{};
   o.queue_depth = 0;
-  expect_error([&] { DiskEngine e(o); }, {"queue depth 0"});
+  expect_error([&] { DiskIo e(o); }, {"queue depth 0"});
 }
 
 TEST(DiskFile, OpenErrorsNameThePath) {

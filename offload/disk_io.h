@@ -1,14 +1,15 @@
-// The disk engine: reads and writes between files and caller memory, large
-// requests split into chunks and kept in flight at a queue depth that keeps an
-// NVMe busy, with O_DIRECT so the page cache neither helps nor hides
-// (DESIGN §3). The only file in Strata that includes liburing.h.
+// The disk I/O layer: reads and writes between files and caller memory,
+// large requests split into chunks and kept in flight at a queue depth that
+// keeps an NVMe busy, with O_DIRECT so the page cache neither helps nor
+// hides.
 //
 // Requests are asynchronous: read()/write() queue the request and return a
-// Ticket at once; the caller waits on it (wait) or asks (poll). One engine
-// thread owns the io_uring ring, submits chunks and reaps completions, so a
-// thread that submits never blocks on I/O it does not wait for. Where io_uring
-// is unavailable (ring set-up fails, or STRATA_DISABLE_IO_URING=1) a pool of
-// pread/pwrite threads does the same work, with a log line saying why.
+// Ticket at once; the caller waits on it (wait) or asks (poll). One thread
+// owns an io_uring ring, submits chunks and reaps completions, so a thread
+// that submits never blocks on I/O it does not wait for. Where io_uring is
+// unavailable (ring set-up fails, or STRATA_DISABLE_IO_URING=1) a pool of
+// pread/pwrite threads does the same work, with a log line saying why. The
+// two queues are disk_queue.h's; this is their one front.
 //
 // Alignment: O_DIRECT needs offsets, lengths and addresses that are
 // multiples of kDiskAlign. Any request is accepted: an unaligned head or tail
@@ -69,7 +70,7 @@ class DiskFile {
   void sync() const;  // fdatasync; Error naming the file on failure
 
  private:
-  friend class DiskEngine;
+  friend class DiskIo;
   std::shared_ptr<disk_detail::FileState> s_;
 };
 
@@ -80,12 +81,12 @@ class Ticket {
   bool valid() const { return s_ != nullptr; }
 
  private:
-  friend class DiskEngine;
+  friend class DiskIo;
   explicit Ticket(std::shared_ptr<disk_detail::RequestState> s) : s_(std::move(s)) {}
   std::shared_ptr<disk_detail::RequestState> s_;
 };
 
-struct DiskEngineOptions {
+struct DiskIoOptions {
   size_t chunk_bytes = size_t{1} << 20;  // a multiple of kDiskAlign
   int queue_depth = 16;                  // chunks in flight, over all requests
   bool use_io_uring = true;              // false: pread/pwrite threads
@@ -107,13 +108,13 @@ struct DiskStats {
   double write_gb_per_s() const { return busy_s > 0 ? bytes_written / busy_s / 1e9 : 0; }
 };
 
-class DiskEngine {
+class DiskIo {
  public:
-  explicit DiskEngine(DiskEngineOptions options = {});
+  explicit DiskIo(DiskIoOptions options = {});
   // Waits for every request in flight, then stops the engine thread(s).
-  ~DiskEngine();
-  DiskEngine(const DiskEngine&) = delete;
-  DiskEngine& operator=(const DiskEngine&) = delete;
+  ~DiskIo();
+  DiskIo(const DiskIo&) = delete;
+  DiskIo& operator=(const DiskIo&) = delete;
 
   // Reads `n` bytes at `offset` of `file` into `dst`. Reading past the end of
   // the file is an error (from wait).
@@ -134,11 +135,11 @@ class DiskEngine {
   void reset_stats();
   const char* backend_name() const;  // "io_uring" or "threads"
   bool buffers_registered() const;
-  const DiskEngineOptions& options() const { return options_; }
+  const DiskIoOptions& options() const { return options_; }
 
  private:
   Ticket submit(int op, const DiskFile& file, uint64_t offset, std::byte* mem, size_t n);
-  DiskEngineOptions options_;
+  DiskIoOptions options_;
   std::unique_ptr<disk_detail::Queue> queue_;
 };
 
