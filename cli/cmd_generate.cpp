@@ -26,7 +26,7 @@
 #include "generate/report.h"
 #include "model/model.h"
 #include "offload/device.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::cli {

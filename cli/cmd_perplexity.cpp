@@ -18,7 +18,7 @@
 #include "generate/driver.h"
 #include "generate/perplexity.h"
 #include "model/model.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::cli {

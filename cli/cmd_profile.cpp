@@ -48,7 +48,7 @@
 #include "generate/driver.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_features.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 #include "offload/measure.h"
 #include "policy/hardware.h"
 

@@ -111,12 +111,22 @@ struct AttentionSeqs {
   const int32_t* page_ids = nullptr;     // [page_indptr[n_seq]]
 };
 
+// What a backend runs beyond the ops every backend has (asked once, as
+// ggml's supports_op; offload/device_support.h turns it into the engine's
+// rules, and the policy search asks the same).
+enum class BackendFeature : uint8_t {
+  kInt8Matmul,   // compute dtype int8: integer products with quantized weights
+  kQuantizedKv,  // a KV cache stored in a q4/q8 format (attention dequantizes)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
 
   // "cpu (2 threads, avx512_bf16)", for logs and reports.
   virtual std::string name() const = 0;
+
+  virtual bool supports(BackendFeature f) const = 0;
 
   // ---- memory ----
   virtual bool memory_is_host() const = 0;

@@ -1,4 +1,4 @@
-// The executor's walk over a block schedule (executor.h).
+// The executor's queues and compute spans (executor.h).
 #include "offload/executor.h"
 
 #include <chrono>
@@ -32,30 +32,15 @@ Executor::Executor(Backend& backend, DiskIo* disk, std::shared_ptr<Trace> trace,
 
 Executor::~Executor() = default;  // the queues finish what is in flight
 
-void Executor::run(const std::vector<ScheduleStep>& steps, const ExecutorHooks& hooks) {
-  using Clock = std::chrono::steady_clock;
-  int32_t step = -1;
-  for (size_t idx = 0; idx < steps.size(); ++idx) {
-    const ScheduleStep& s = steps[idx];
-    if (s.step != step) {
-      step = s.step;
-      if (!hooks.begin_step(step)) break;
-    }
-    for (const Transfer& t : s.stores) hooks.store(s, t);
-    for (const Transfer& t : s.loads) hooks.load(s, t);
-    hooks.prepare(s);
-    const Clock::time_point t0 = Clock::now();
-    hooks.compute(s);
-    // Ops queued on a device finish here, so the span is the compute's.
-    backend_.synchronize();
-    const Clock::time_point t1 = Clock::now();
-    const double dt = std::chrono::duration<double>(t1 - t0).count();
-    compute_busy_s_ += dt;
-    if (trace_) {
-      trace_->add({step_name(s), "compute", "compute", trace_->us_since_origin(t0), dt * 1e6, 0,
-                   s.step});
-    }
-    if (idx + 1 == steps.size() || steps[idx + 1].step != s.step) hooks.end_step(s.step);
+void Executor::end_compute(const ScheduleStep& s, std::chrono::steady_clock::time_point t0) {
+  // Ops queued on a device finish here, so the span is the compute's.
+  backend_.synchronize();
+  const auto t1 = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(t1 - t0).count();
+  compute_busy_s_ += dt;
+  if (trace_) {
+    trace_->add({step_name(s), "compute", "compute", trace_->us_since_origin(t0), dt * 1e6, 0,
+                 s.step});
   }
 }
 

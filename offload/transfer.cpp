@@ -94,7 +94,7 @@ void TransferQueue::run() {
       const double dur = std::chrono::duration<double>(end - start).count();
       last_end_ = end;
       if (!failure) {
-        for (size_t b = 0; b <= item.link.size();) {
+        for (size_t b = 0; !item.link.empty() && b <= item.link.size();) {
           size_t e = item.link.find(',', b);
           if (e == std::string::npos) e = item.link.size();
           EngineStats::Link& l = links_[item.link.substr(b, e - b)];

@@ -73,8 +73,9 @@ class TransferQueue {
 
   // Queues a started transfer: `finish` (run on the worker, in order) blocks
   // until it is complete and throws Error when it failed. `link` names the
-  // link the bytes cross ("a,b" for a relay over two). Returns its number
-  // (1, 2, ...).
+  // link the bytes cross ("a,b" for a relay over two; empty for work that
+  // moves nothing, e.g. a check of bytes a transfer before it brought).
+  // Returns its number (1, 2, ...).
   uint64_t push(std::function<void()> finish, const std::string& link, uint64_t bytes,
                 TransferLabel label);
   // The number of the last transfer queued (0: none yet).

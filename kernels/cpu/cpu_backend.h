@@ -48,6 +48,7 @@ class CpuBackend final : public Backend {
   bool profiling() const { return profiling_; }
 
   std::string name() const override;
+  bool supports(BackendFeature) const override { return true; }
   bool memory_is_host() const override { return true; }
   void copy_to_device(void* dst, const void* src_host, size_t bytes) override;
   void copy_to_host(void* dst_host, const void* src, size_t bytes) override;

@@ -49,6 +49,8 @@ class SeparateMemoryBackend final : public Backend {
   uint64_t peak_bytes() const;
 
   std::string name() const override;
+  // Stands in for a GPU: what the CUDA backend runs, nothing more.
+  bool supports(BackendFeature) const override { return false; }
   bool memory_is_host() const override { return false; }
   void copy_to_device(void* dst, const void* src_host, size_t bytes) override;
   void copy_to_host(void* dst_host, const void* src, size_t bytes) override;

@@ -50,6 +50,7 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes() const { return workspace_.size() + partials_.size(); }
 
   std::string name() const override { return name_; }
+  bool supports(BackendFeature) const override { return false; }
   bool memory_is_host() const override { return false; }
   void copy_to_device(void* dst, const void* src_host, size_t bytes) override;
   void copy_to_host(void* dst_host, const void* src, size_t bytes) override;

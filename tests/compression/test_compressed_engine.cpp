@@ -49,7 +49,7 @@
 
 #include "core/error.h"
 #include "model/model.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 #include "offload/pack_weights.h"
 #include "quant/convert.h"
 #include "quant/quant.h"

@@ -21,7 +21,7 @@
 
 #include "generate/perplexity.h"
 #include "model/model.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace strata {

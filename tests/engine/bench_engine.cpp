@@ -30,7 +30,7 @@
 #include "core/log.h"
 #include "kernels/cpu/cpu_features.h"
 #include "model/model.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 
 namespace {
 

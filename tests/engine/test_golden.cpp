@@ -20,7 +20,7 @@
 #include "engine_test_util.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 
 namespace strata {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "engine_test_util.h"
 #include "model/model.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 
 namespace strata {
 namespace {

@@ -25,7 +25,7 @@
 #include "kernels/cpu/separate_memory_backend.h"
 #include "model/model.h"
 #include "offload/device.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 #include "offload/weight_placement.h"
 #include "offload_engine/fixture_runs.h"
 

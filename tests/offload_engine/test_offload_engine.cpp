@@ -24,7 +24,7 @@
 #include "core/error.h"
 #include "engine/engine_test_util.h"
 #include "model/model.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 #include "offload_engine/fixture_runs.h"
 #include "offload/offload_test_util.h"
 #include "offload/pack.h"

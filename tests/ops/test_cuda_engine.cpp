@@ -26,7 +26,7 @@
 #include "cuda_test_util.h"
 #include "engine/engine_test_util.h"
 #include "model/model.h"
-#include "offload/engine.h"
+#include "offload/offload_engine.h"
 #include "offload_engine/fixture_runs.h"
 
 namespace strata {

@@ -1,0 +1,92 @@
+// The block's memory (block_budget.h).
+#include "offload/block_budget.h"
+
+#include <algorithm>
+
+#include "offload/kv_file.h"
+
+namespace strata {
+
+int64_t largest_group(const std::vector<int64_t>& n_new) {
+  int64_t best = 0, cur = 0;
+  bool open = false;
+  for (int64_t n : n_new) {
+    if (!open || cur + n > kMaxGroupTokens) {
+      cur = 0;
+      open = true;
+    }
+    cur += n;
+    best = std::max(best, cur);
+  }
+  return best;
+}
+
+uint64_t forward_scratch_bytes(const ModelConfig& c, int64_t t) {
+  const int64_t q = c.n_head * c.head_dim, kv = c.n_kv_head * c.head_dim;
+  const int64_t per_token = 2 * c.n_embd + (q + 2 * kv) + q + 2 * c.n_ff;
+  return static_cast<uint64_t>(t * per_token + 5 * 16) * sizeof(float);
+}
+
+BlockShape BlockShape::full(int64_t gpu_batch, int64_t n_micro_batches, int64_t prompt,
+                            int64_t new_tokens) {
+  BlockShape s;
+  s.stored.assign(static_cast<size_t>(n_micro_batches),
+                  std::vector<int64_t>(static_cast<size_t>(gpu_batch), prompt + new_tokens - 1));
+  s.prompt.assign(static_cast<size_t>(n_micro_batches),
+                  std::vector<int64_t>(static_cast<size_t>(gpu_batch), prompt));
+  return s;
+}
+
+BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placement& placement,
+                         const BlockShape& shape) {
+  const uint64_t record = KvFile::record_bytes_for(g);
+  BlockMemory m;
+  m.kv = kv_block_needs(g, placement, shape.stored);
+  m.kv_pages = static_cast<uint64_t>(m.kv.backed_pages) * g.bytes_per_page();
+  m.kv_staging = 2 * static_cast<uint64_t>(m.kv.stage_records) * record;
+  m.kv_disk = static_cast<uint64_t>(c.n_layer) * static_cast<uint64_t>(m.kv.disk_pages) * record;
+  const int64_t q_dim = c.n_head * c.head_dim, qkv_dim = q_dim + 2 * c.n_kv_head * c.head_dim;
+  int64_t rows = 0;
+  for (const std::vector<int64_t>& p : shape.prompt) {
+    int64_t tokens = 0;
+    for (int64_t n : p) tokens += n;
+    m.hidden_tokens.push_back(tokens);
+    m.hidden += static_cast<uint64_t>(tokens * c.n_embd) * sizeof(float);
+    m.attention_rows += static_cast<uint64_t>(tokens * (qkv_dim + q_dim)) * sizeof(float);
+    m.group_tokens = std::max(m.group_tokens, largest_group(p));
+    rows += shape.all_rows ? tokens : static_cast<int64_t>(p.size());
+  }
+  m.scratch = forward_scratch_bytes(c, m.group_tokens);
+  m.logits = static_cast<uint64_t>(rows * c.n_vocab) * sizeof(float);
+  return m;
+}
+
+BlockTiers block_tiers(const BlockMemory& m, MemoryMode mode) {
+  BlockTiers t;
+  t.disk = m.kv_disk;
+  switch (mode) {
+    case MemoryMode::kHostMemory:
+      t.kv_ram = m.kv_pages + m.kv_staging;
+      t.ram = t.kv_ram + m.working();
+      break;
+    case MemoryMode::kDeviceMemory:
+      // The KV cache and its staging in device memory, the staging relayed
+      // through RAM; the logits copied back to RAM.
+      t.kv_device = m.kv_pages + m.kv_staging;
+      t.kv_ram = m.kv_staging;
+      t.device = m.working() + t.kv_device;
+      t.ram = t.kv_ram + m.logits;
+      break;
+    case MemoryMode::kCpuAttention:
+      // The KV cache and its staging in RAM; each micro-batch's q/k/v and
+      // attention rows on the device and in RAM.
+      t.kv_device = m.attention_rows;
+      t.kv_ram = m.kv_pages + m.kv_staging + m.attention_rows;
+      t.device = m.working() + t.kv_device;
+      t.ram = t.kv_ram + m.logits;
+      break;
+  }
+  return t;
+}
+
+}  // namespace strata

@@ -1,0 +1,90 @@
+// The memory a block of sequences needs beyond the weights, as pure
+// functions of the model's shape, the KV geometry, the placement and the
+// block's lengths, and the tier each part lives on in the engine's memory
+// mode (offload/memory_mode.h). One derivation: the engine checks a planned
+// full block with it when it is made, checks every block with it before the
+// block's first compute, and sizes the block's buffers from it.
+//
+// Parts of a block (bytes):
+//   KV pages       backed pool pages at the peak (kv/kv_cache.h: RAM pages,
+//                  plus one partial or just-completed disk page per sequence)
+//   KV staging     two buffers of the largest micro-batch's disk pages of one
+//                  layer (records of the KV file, offload/kv_file.h)
+//   activations    every micro-batch's hidden state, f32, at its largest step
+//   scratch        the forward's working memory for the largest group of
+//                  tokens computed at once (kMaxGroupTokens)
+//   logits         f32 rows of the step that hands out the most
+//   attention rows the q/k/v rows copied down and the output rows copied up
+//                  of every micro-batch (CPU attention only)
+//   KV on disk     the KV file's records
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/placement.h"
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "offload/memory_mode.h"
+
+namespace strata {
+
+// Tokens the forward computes at once: a micro-batch's sequences are cut
+// into groups of at most this many tokens (a longer prompt is a group of its
+// own), which bounds the forward's scratch; matmuls are as efficient at this
+// height as at any larger one.
+inline constexpr int64_t kMaxGroupTokens = 4096;
+
+// The largest group the cut above makes of sequences with these new-token
+// counts.
+int64_t largest_group(const std::vector<int64_t>& n_new);
+
+// Scratch the forward holds for micro-batches of up to t tokens
+// (Forward::reserve).
+uint64_t forward_scratch_bytes(const ModelConfig& c, int64_t t);
+
+// The sequences of a block by micro-batch.
+struct BlockShape {
+  std::vector<std::vector<int64_t>> stored;  // [micro-batch][seq] tokens each stores: prompt + new - 1
+  std::vector<std::vector<int64_t>> prompt;  // [micro-batch][seq] prompt tokens
+  bool all_rows = false;                     // logits of every prompt position (scoring)
+
+  // A full block: `gpu_batch` x `n_micro_batches` sequences of `prompt`
+  // tokens generating `new_tokens` each.
+  static BlockShape full(int64_t gpu_batch, int64_t n_micro_batches, int64_t prompt,
+                         int64_t new_tokens);
+};
+
+struct BlockMemory {
+  KvNeeds kv;
+  uint64_t kv_pages = 0;        // backed pages
+  uint64_t kv_staging = 0;      // both staging buffers
+  uint64_t kv_disk = 0;         // bytes of the KV file
+  uint64_t hidden = 0;          // activations of every micro-batch
+  uint64_t scratch = 0;         // the forward's working memory
+  uint64_t logits = 0;
+  uint64_t attention_rows = 0;  // q/k/v and output rows of every micro-batch (one copy)
+  int64_t group_tokens = 0;     // the largest group
+  std::vector<int64_t> hidden_tokens;  // [n_mb] tokens of each micro-batch's largest step
+
+  // Activations, the forward's scratch and the logits: always where the
+  // device computes.
+  uint64_t working() const { return hidden + scratch + logits; }
+};
+
+// `placement` as folded for the device.
+BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placement& placement,
+                         const BlockShape& shape);
+
+// What a block adds to each tier in a memory mode (the weights and their
+// staging come on top), with its KV part on the device and in RAM for
+// messages.
+struct BlockTiers {
+  uint64_t device = 0;  // device memory (0 in kHostMemory: everything is RAM)
+  uint64_t ram = 0;
+  uint64_t disk = 0;
+  uint64_t kv_device = 0, kv_ram = 0;  // the KV cache, its staging and the attention rows
+};
+BlockTiers block_tiers(const BlockMemory& m, MemoryMode mode);
+
+}  // namespace strata

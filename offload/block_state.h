@@ -1,0 +1,100 @@
+// The live state of one block while the engine runs it: its sequences (the
+// KV sequence of each, the token fed to the next step, the logits rows
+// handed out), the micro-batches they fill in order (gpu_batch_size each)
+// and, for each generation step, each micro-batch's groups of sequences the
+// forward computes at once (at most kMaxGroupTokens tokens, with the host
+// arrays of the micro-batch: offload/block_budget.h) and its hidden state.
+// It assigns KV slots for the step's new tokens (kv/kv_cache.h); it moves
+// no bytes and computes nothing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "generate/engine.h"
+#include "kernels/backend.h"
+#include "model/forward.h"
+
+namespace strata {
+
+class KvCache;
+
+class BlockState {
+ public:
+  // One group of a micro-batch: sequences computed together.
+  struct Group {
+    MicroBatchHost host;
+    MicroBatch dev;
+    DeviceBuffer meta;   // device copy of `host` (unused when memory is host memory)
+    int64_t token0 = 0;  // its first row in the micro-batch's hidden
+    int64_t row0 = 0;    // its first row in the step's logits
+  };
+  struct MicroState {
+    std::vector<int32_t> members;  // block indices of its live sequences, ascending
+    int64_t row0 = 0;              // its first row in the step's logits
+    std::vector<Group> groups;     // [n_groups] this step's groups (the vector only grows)
+    int64_t n_groups = 0;
+    DeviceBuffer hidden;  // [n_tokens, n_embd] f32, kept between columns (sized by the engine)
+    bool live() const { return !members.empty(); }
+    // Tokens of this step (rows of `hidden` in use).
+    int64_t n_tokens() const;
+  };
+
+  // `pos_offset`: the learned positions' offset, -1 without them.
+  BlockState(KvCache& kv, int64_t gpu_batch_size, int64_t n_micro_batches, int64_t pos_offset);
+  // Frees the KV sequences still live.
+  ~BlockState();
+  BlockState(const BlockState&) = delete;
+  BlockState& operator=(const BlockState&) = delete;
+
+  // A new block of `seqs` (each with a KV sequence); `all_rows`: logits of
+  // every prompt position (scoring one sequence).
+  void start(std::span<const SeqInput> seqs, bool all_rows);
+  // Generation step `step`: the active rows, KV slots for every live
+  // sequence's new tokens (its prompt at step 0, then the token fed back)
+  // and the groups. False when no sequence is live (the block is over).
+  bool begin_step(int32_t step);
+  // True when `actions` (one per active row) end a sequence: its KV pages
+  // are freed by end_step.
+  bool finishes_any(std::span<const SeqAction> actions) const;
+  // After the step: hands each active row's action over; a sequence that
+  // is finished (or has produced max_new_tokens) leaves the block and frees
+  // its KV. Error for a next token outside the vocabulary.
+  void end_step(std::span<const SeqAction> actions, int64_t n_vocab);
+  // Frees every live sequence's KV (however a block ends).
+  void clear();
+
+  int64_t n_micro_batches() const { return static_cast<int64_t>(mbs_.size()); }
+  MicroState& micro_batch(int64_t k) { return mbs_[static_cast<size_t>(k)]; }
+  const MicroState& micro_batch(int64_t k) const { return mbs_[static_cast<size_t>(k)]; }
+  // The KV sequences of micro-batch k's live members, in member order.
+  std::vector<int32_t> kv_sequences(int64_t k) const;
+  // Block indices of the sequences whose logits this step produces, in row order.
+  const std::vector<int32_t>& active() const { return active_; }
+  // Logits rows of this step.
+  int64_t n_rows() const;
+  int64_t n_live() const { return n_live_; }
+  int32_t step() const { return step_; }
+
+ private:
+  struct SeqState {
+    int32_t kv = -1;       // KV sequence, -1 once finished
+    int32_t next = -1;     // token fed to the next decode step
+    int32_t produced = 0;  // logits rows handed out so far
+  };
+
+  KvCache& kv_;
+  int64_t gpu_batch_size_;
+  int64_t page_size_;
+  int64_t pos_offset_;
+  std::span<const SeqInput> seqs_;
+  bool all_rows_ = false;
+  std::vector<SeqState> st_;
+  std::vector<MicroState> mbs_;
+  std::vector<int32_t> active_;
+  int64_t n_live_ = 0;
+  int32_t step_ = -1;
+};
+
+}  // namespace strata

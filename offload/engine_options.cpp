@@ -1,0 +1,61 @@
+// Checking EngineOptions and their defaults (engine_options.h).
+#include "offload/engine_options.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/units.h"
+#include "offload/device_support.h"
+#include "offload/tier_budgets.h"
+
+namespace strata {
+
+DType default_kv_dtype(DType compute_dtype) {
+  return compute_dtype == DType::kF32 ? DType::kF32 : DType::kF16;
+}
+
+uint64_t default_kv_budget_bytes() {
+  constexpr uint64_t kMin = uint64_t{256} << 20;
+  const uint64_t avail = available_ram_bytes();
+  if (avail > 0) return std::max(kMin, avail / 2);
+  spdlog::warn("engine: /proc/meminfo has no MemAvailable; the KV budget defaults to {}",
+               format_bytes(static_cast<double>(kMin)));
+  return kMin;
+}
+
+EngineOptions validated_options(const EngineOptions& o) {
+  if (o.compute_dtype != DType::kF32 && o.compute_dtype != DType::kBF16 &&
+      o.compute_dtype != DType::kI8) {
+    fail("compute dtype {} is not supported; use f32, bf16 or int8", dtype_name(o.compute_dtype));
+  }
+  if (o.kv_dtype != DType::kF32 && o.kv_dtype != DType::kF16 && o.kv_dtype != DType::kBF16 &&
+      !is_quantized(o.kv_dtype)) {
+    fail("KV cache dtype {} is not supported; use f32, f16, bf16 or a q4/q8 format",
+         dtype_name(o.kv_dtype));
+  }
+  if (o.weight_dtype && !is_quantized(*o.weight_dtype)) {
+    fail("weight compression {} is not a q4/q8 format", dtype_name(*o.weight_dtype));
+  }
+  if (o.weight_dtype && o.offload_dir.empty()) {
+    fail("weight compression {} needs a directory for the requantized weight pack; pass "
+         "--offload-dir DIR",
+         dtype_name(*o.weight_dtype));
+  }
+  if (o.gpu_batch_size < 1 || o.gpu_batch_size > kMaxBatchSize) {
+    fail("batch size {} is not allowed; use 1 to {}", o.gpu_batch_size, kMaxBatchSize);
+  }
+  if (o.num_gpu_batches < 1 || o.num_gpu_batches > (1 << 20)) {
+    fail("number of batches {} is not allowed; use 1 or more", o.num_gpu_batches);
+  }
+  if (o.page_size < 1 || o.page_size > 4096) {
+    fail("KV page size {} is not allowed; use 1 to 4096 tokens", o.page_size);
+  }
+  if (o.threads < 0) fail("thread count {} is not allowed; use 0 (all cores) or more", o.threads);
+  check_dtypes(device_caps(o.device), o.compute_dtype, o.kv_dtype);
+  EngineOptions v = o;
+  if (v.kv_budget_bytes == 0) v.kv_budget_bytes = default_kv_budget_bytes();
+  return v;
+}
+
+}  // namespace strata

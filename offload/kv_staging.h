@@ -1,0 +1,110 @@
+// KV staging: the KV pages homed on disk (kv/kv_cache.h) brought to where
+// attention reads them, and written back, around each layer compute of each
+// micro-batch. For a generation step, a micro-batch's plan lists its
+// sequences' unbacked pages, each with a record in a staging buffer (those
+// not fresh are loaded from the KV file, offload/kv_file.h, before the
+// layer; fresh ones are written by the layer's KV append and stored after
+// it), and its backed disk pages completed in this step (stored from the
+// pool after each layer, then retired: their storage goes once the last
+// layer's stores are out).
+//
+// Two staging buffers serve consecutive layer computes (in schedule order,
+// across steps) alternately; a buffer is taken over only once the stores
+// from it are out and the CPU attention that read it is done. Records whose
+// disk slots are consecutive move in one request. Records live in host RAM
+// when the KV cache does (MemoryMode kHostMemory, kCpuAttention), else in
+// device memory with a host mirror of each buffer that relays the disk reads
+// and writes at the same offsets (pinned on a GPU).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "offload/kv_file.h"
+#include "offload/memory_mode.h"
+#include "offload/tier_pool.h"
+#include "offload/transfer.h"
+
+namespace strata {
+
+class CpuAttention;
+class Executor;
+class KvCache;
+
+class KvStaging {
+ public:
+  // `device`: the backend whose memory holds the records when the KV cache
+  // is in device memory. `attention` (null without CPU attention): waited
+  // for before a buffer it reads is reused or stored from.
+  KvStaging(KvCache& kv, MemoryMode mode, Backend& device, TierPool& ram, int64_t n_micro_batches,
+            CpuAttention* attention);
+  ~KvStaging();
+
+  const KvFile& file() const { return file_; }
+  // Frees the staging buffers (before a block's memory is counted again).
+  void release();
+  // For a block: staging buffers of `stage_records` records each, and the
+  // KV file grown to `disk_pages` slots per layer in `dir` (disk slots
+  // handed to the cache). Returns the file's bytes.
+  uint64_t prepare(int64_t stage_records, int64_t disk_pages, const std::string& dir);
+
+  // Micro-batch k's plan for generation step `step`, from its live KV
+  // sequences (after their extend for the step).
+  void plan(int64_t k, std::span<const int32_t> kv_sequences, int32_t step);
+
+  // Transfers of layer `layer` for micro-batch k in generation step `step`:
+  // loads the records not fresh; points the pool's entries of the planned
+  // pages at their records (waiting for the load); stores fresh records and
+  // completed backed pages.
+  void load(int64_t layer, int64_t k, int32_t step, Executor& exec);
+  void stage(int64_t layer, int64_t k, int32_t step, Executor& exec);
+  void store(int64_t layer, int64_t k, int32_t step, Executor& exec);
+
+  // At the start of a step: disk pages completed in the last step leave
+  // RAM once their stores are out.
+  void retire(Executor& exec);
+  // Before pages are freed: their stores may still read their RAM.
+  void wait_retiring(Executor& exec);
+
+ private:
+  // A staging buffer: which layer compute it serves, the load that fills
+  // it, and the last store reading from it.
+  struct Slot {
+    int64_t layer = -1, micro_batch = -1;
+    int32_t step = -1;
+    uint64_t load = 0, last_store = 0;
+    PoolBlock host;    // the records (host KV), or their relay
+    DeviceBuffer dev;  // the records in device memory (device KV)
+  };
+  struct Plan {
+    std::vector<int32_t> pages;  // [n_records] in record order
+    std::vector<uint8_t> fresh;  // [n_records]
+    std::vector<int32_t> completed_backed;
+  };
+
+  Slot& slot_for(int64_t layer, int64_t k, int32_t step, Executor& exec);
+  std::byte* record(const Slot& s, size_t r) const;
+  std::byte* relay(const Slot& s, size_t r) const;  // null when records are host memory
+  Place place(void* p) const;
+  void wait_attention(int64_t layer, int64_t k) const;
+
+  KvCache& kv_;
+  MemoryMode mode_;
+  Backend& device_;
+  TierPool& ram_;
+  int64_t n_mb_;
+  CpuAttention* attention_;
+  KvFile file_;
+  std::array<Slot, 2> slots_;
+  std::vector<Plan> plans_;           // [n_mb]
+  // [n_layer * n_mb] the last store of each layer's KV of each micro-batch:
+  // a load of those records waits for it (the queues are separate).
+  std::vector<uint64_t> last_store_;
+};
+
+}  // namespace strata
