@@ -84,7 +84,7 @@ int run(const Options& o) {
   shape.max_prompt = o.prompt_len;
   shape.mean_prompt = static_cast<double>(o.prompt_len);
   shape.gen = o.gen_len;
-  offload.apply(eo, *model, shape);
+  const RunPlan plan = offload.apply(eo, *model, shape);
   const auto engine = make_engine(*model, eo);
 
   const std::vector<Job> jobs =
@@ -98,19 +98,12 @@ int run(const Options& o) {
     run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
   }
 
-  const std::string dtype(dtype_name(eo.compute_dtype));
   std::vector<RunReport> runs;
   for (int r = 0; r < o.repeats; ++r) {
     const EngineStats before = engine->stats();
     const RunSummary s = run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
-    RunReport rep;
-    rep.model = o.model;
-    rep.policy = offload.report_policy(eo);
-    rep.policy["compute_dtype"] = dtype;
-    rep.policy["kv_dtype"] = std::string(dtype_name(eo.kv_dtype));
-    rep.policy["weight_dtype"] = CompressionFlags::name(eo.weight_dtype);
-    rep.predicted = offload.predict(*model, static_cast<double>(o.prompt_len), o.gen_len);
-    rep.hardware = describe_device(eo.device, eo.threads);
+    RunReport rep = plan_report(plan, *model, o.model, eo, static_cast<double>(o.prompt_len),
+                                o.gen_len);
     rep.n_prompts = s.n_prompts;
     rep.n_sequences = s.n_sequences;
     rep.total_s = s.total_s;

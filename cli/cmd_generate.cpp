@@ -86,7 +86,7 @@ int run(const Options& o) {
   }
   shape.mean_prompt = n_to_run > 0 ? static_cast<double>(prompt_sum) / n_to_run : 0;
   shape.max_block = std::max<int64_t>(1, n_to_run);
-  offload.apply(eo, *model, shape);
+  const RunPlan plan = offload.apply(eo, *model, shape);
   const std::string dtype(dtype_name(eo.compute_dtype));
   // Compression changes the completions: a resumed run must use the same.
   std::string numerics = dtype;
@@ -99,14 +99,7 @@ int run(const Options& o) {
   const auto engine = make_engine(*model, eo);
   const RunSummary summary = run_jobs(*engine, *tokenizer, jobs, gen, &out);
 
-  RunReport report;
-  report.model = o.model;
-  report.policy = offload.report_policy(eo);
-  report.policy["compute_dtype"] = dtype;
-  report.policy["kv_dtype"] = std::string(dtype_name(eo.kv_dtype));
-  report.policy["weight_dtype"] = CompressionFlags::name(eo.weight_dtype);
-  report.predicted = offload.predict(*model, shape.mean_prompt, shape.gen);
-  report.hardware = describe_device(eo.device, eo.threads);
+  RunReport report = plan_report(plan, *model, o.model, eo, shape.mean_prompt, shape.gen);
   report.n_prompts = summary.n_prompts;
   report.n_prompts_resumed = static_cast<int64_t>(out.n_resumed());
   report.n_sequences = summary.n_sequences;

@@ -12,6 +12,7 @@
 
 #include "cli/command.h"
 #include "cli/compression_flags.h"
+#include "cli/offload_flags.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -25,11 +26,12 @@ namespace strata::cli {
 namespace {
 
 struct Options {
-  std::string model, text, compute_dtype = "f32", device = "cpu";
+  std::string model, text, compute_dtype = "f32";
   int64_t ctx = 256;
   bool bos = false;
   int threads = 0;
   CompressionFlags compression;
+  OffloadFlags offload;
 };
 
 int run(const Options& o) {
@@ -52,8 +54,16 @@ int run(const Options& o) {
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   eo.gpu_batch_size = 1;
   eo.threads = o.threads;
-  eo.device = o.device;
+  eo.offload_dir = o.offload.offload_dir;
   o.compression.apply(eo);
+  // One sequence of up to --ctx tokens scored at a time.
+  RunShape shape;
+  shape.max_prompt = o.ctx;
+  shape.mean_prompt = static_cast<double>(o.ctx);
+  shape.gen = 1;
+  shape.max_block = 1;
+  OffloadFlags offload = o.offload;
+  offload.apply(eo, *model, shape);
   spdlog::info("perplexity: KV {}, weights {}", dtype_name(eo.kv_dtype),
                eo.weight_dtype ? dtype_name(*eo.weight_dtype) : "as stored");
   const auto engine = make_engine(*model, eo);
@@ -61,6 +71,7 @@ int run(const Options& o) {
   std::printf("ppl %.6f\n", r.ppl);
   std::printf("n_scored %lld\n", static_cast<long long>(r.n_scored));
   std::printf("n_chunks %lld\n", static_cast<long long>(r.n_chunks));
+  offload.finish();
   return 0;
 }
 
@@ -77,8 +88,7 @@ const Command kPerplexity{
           ->check(CLI::IsMember({"f32", "bf16", "int8"}))
           ->capture_default_str();
       sub.add_option("--threads", o->threads, "CPU threads (default: all cores)");
-      sub.add_option("--device", o->device, "Compute device: cpu, cuda or cuda:N")
-          ->capture_default_str();
+      o->offload.add(sub, false);  // before compression: it owns --offload-dir
       o->compression.add(sub);
       return [o]() { return run(*o); };
     }};

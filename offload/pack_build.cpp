@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "io/gguf.h"
@@ -138,11 +139,6 @@ void sync_path(const std::string& path, bool directory) {
   if (rc != 0 && !directory) fail("{}: cannot flush to disk: {}", path, std::strerror(e));
 }
 
-void rename_or_fail(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0) {
-    fail("{}: cannot rename to {}: {}", from, to, std::strerror(errno));
-  }
-}
 
 }  // namespace
 
@@ -170,7 +166,7 @@ Pack build_pack(const Model& model, const std::string& dir, const PackOptions& o
   }
   const std::string mpath = (fs::path(dir) / kPackManifestName).string();
   const std::string wpath = (fs::path(dir) / kPackWeightsName).string();
-  const std::string mtmp = mpath + ".tmp", wtmp = wpath + ".tmp";
+  const std::string wtmp = wpath + ".tmp";
 
   // Layout: units at kPackUnitAlign, tensors at kPackTensorAlign.
   PackManifest m;
@@ -220,7 +216,7 @@ Pack build_pack(const Model& model, const std::string& dir, const PackOptions& o
     fail("{}: cannot remove the old manifest ({}); choose a directory you can write to", mpath,
          std::strerror(errno));
   }
-  PartialFiles partial{{wtmp, mtmp, wpath}};
+  PartialFiles partial{{wtmp, wpath}};
 
   std::unique_ptr<DiskIo> own_engine;
   if (!engine) {
@@ -274,20 +270,9 @@ Pack build_pack(const Model& model, const std::string& dir, const PackOptions& o
     w.finish();
     f.sync();
   }
-  rename_or_fail(wtmp, wpath);
+  replace_file(wtmp, wpath);
 
-  {
-    std::ofstream out(mtmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      fail("{}: cannot create ({}); choose a directory you can write to", mtmp,
-           std::strerror(errno));
-    out << m.to_json().dump(1) << '\n';
-    out.flush();
-    if (!out)
-      fail("{}: cannot write the manifest ({}); the disk may be full", mtmp, std::strerror(errno));
-  }
-  sync_path(mtmp, false);
-  rename_or_fail(mtmp, mpath);
+  write_file_atomically(mpath, m.to_json().dump(1) + "\n", "the pack manifest", true);
   sync_path(dir, true);
   partial.committed = true;
 

@@ -4,9 +4,9 @@
 // header (GGUF metadata or the safetensors JSON header), plus the model
 // config and the pack options; any difference makes the pack stale.
 //
-// Writing goes to temporary names in the directory (weights.bin.tmp,
-// manifest.json.tmp) and ends with renames, manifest last, after removing any
-// old manifest first: an interrupted build never leaves a directory that
+// Writing goes to temporary names in the directory (weights.bin.tmp, and the
+// manifest through io/atomic_file.h) and ends with renames, manifest last,
+// after removing any old manifest first: an interrupted build never leaves a directory that
 // looks like a complete pack. A failure (unwritable directory, full disk)
 // throws Error naming the directory or file and removes the partial files.
 #pragma once

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace strata {
 
@@ -77,25 +78,7 @@ std::string Trace::to_json() const {
 }
 
 void Trace::write_json(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) {
-      fail("{}: cannot write the trace: {}; choose another --trace path", path,
-           std::strerror(errno));
-    }
-    f << to_json() << "\n";
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      fail("{}: cannot write the trace; check the free disk space", path);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    fail("{}: cannot write the trace: {}", path, why);
-  }
+  write_file_atomically(path, to_json() + "\n", "the trace");
 }
 
 }  // namespace strata

@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/kv_layout.h"
+#include "io/atomic_file.h"
 #include "policy/yaml_fields.h"
 
 namespace strata {
@@ -227,24 +228,7 @@ std::string policy_to_yaml(const Policy& p, const std::string& header) {
 
 void save_policy(const Policy& p, const std::string& path, const std::string& header) {
   const std::string text = policy_to_yaml(p, header);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      fail("{}: cannot write the policy; check that the folder exists and is writable", path);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      fail("{}: writing the policy failed (disk full?)", path);
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    fail("{}: cannot write the policy: {}", path, ec.message());
-  }
+  write_file_atomically(path, text, "the policy");
 }
 
 }  // namespace strata

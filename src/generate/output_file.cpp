@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "core/log.h"
 #include "io/one_line.h"
 
@@ -23,17 +24,6 @@ std::string hex64(uint64_t v) {
   return fmt::format("{:016x}", v);
 }
 
-void write_all(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("{}: cannot write: {}; free some disk space or choose another --output", path,
-           std::strerror(errno));
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
 
 std::string read_all(int fd, const std::string& path) {
   struct stat st {};
@@ -52,23 +42,6 @@ std::string read_all(int fd, const std::string& path) {
 
 }  // namespace
 
-void check_writable_file(const std::string& path, std::string_view option) {
-  std::error_code ec;
-  if (path.empty()) fail("{} is empty; name a file", option);
-  if (fs::is_directory(path, ec)) {
-    fail("{} {}: is a directory; name a file, e.g. {}/out.jsonl", option, path, path);
-  }
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec)) {
-    fail("{} {}: the directory {} does not exist; create it or choose another path", option, path,
-         dir.string());
-  }
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    fail("{} {}: the directory {} is not writable ({}); choose another path", option, path,
-         dir.string(), std::strerror(errno));
-  }
-}
 
 std::string partial_header(const OutputIdentity& id) {
   OrderedJson h;
@@ -236,10 +209,7 @@ void OutputFile::append(size_t index, const OrderedJson& record) {
 
 void OutputFile::finish() {
   STRATA_ASSERT(n_done_ == records_.size());
-  const std::string tmp = path_ + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("{}: cannot create: {}; choose another --output", tmp, std::strerror(errno));
-  try {
+  write_file_atomically(path_, "the output", true, [&](int fd, const std::string& tmp) {
     std::string buf;
     for (const std::string& r : records_) {
       buf += r;
@@ -250,25 +220,7 @@ void OutputFile::finish() {
       }
     }
     write_all(fd, buf, tmp);
-    if (::fsync(fd) != 0) fail("{}: cannot sync: {}", tmp, std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path_.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail("{}: cannot rename {} to it: {}; the results stay in {}", path_, tmp, std::strerror(e),
-         partial_path());
-  }
-  const fs::path dir = fs::path(path_).parent_path();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  });
   ::unlink(partial_path().c_str());
   partial_.reset();
 }

@@ -27,6 +27,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/atomic_file.h"
+
 namespace strata {
 
 using OrderedJson = nlohmann::ordered_json;
@@ -88,9 +90,6 @@ class OutputFile {
   size_t n_resumed_ = 0;
 };
 
-// Throws Error (naming `option` and the path) unless a file `path` could be
-// created: its directory exists and is writable, and it is not a directory.
-void check_writable_file(const std::string& path, std::string_view option);
 
 // The header line of a .partial for `identity` (without the newline).
 std::string partial_header(const OutputIdentity& identity);

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace strata {
 namespace {
@@ -143,20 +144,9 @@ void RunReport::print(std::FILE* out) const {
 }
 
 void RunReport::write_json(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) {
-      fail("{}: cannot write the report: {}; choose another --report path", path,
-           std::strerror(errno));
-    }
-    f << to_json().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-    f.flush();
-    if (!f) fail("{}: cannot write the report; check the free disk space", path);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    fail("{}: cannot write the report: {}", path, std::strerror(errno));
-  }
+  write_file_atomically(
+      path, to_json().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n",
+      "the report");
 }
 
 EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
