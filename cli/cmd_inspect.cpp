@@ -10,6 +10,7 @@
 #include "io/gguf.h"
 #include "io/json.h"
 #include "io/one_line.h"
+#include "model/config_json.h"
 #include "model/model.h"
 
 namespace strata::cli {
@@ -125,25 +126,12 @@ Json to_json(const Model& model, const TokenizerSummary& tok) {
   Json j;
   j["path"] = d.path;
   j["format"] = d.format == ModelFormat::kGguf ? "gguf" : "hf";
-  j["architecture"] = c.architecture;
-  j["family"] = family_name(c.family);
-  j["n_layer"] = c.n_layer;
-  j["n_embd"] = c.n_embd;
-  j["n_head"] = c.n_head;
-  j["n_kv_head"] = c.n_kv_head;
-  j["head_dim"] = c.head_dim;
-  j["n_ff"] = c.n_ff;
-  j["n_vocab"] = c.n_vocab;
-  j["n_ctx"] = c.n_ctx;
-  j["norm"] = norm_name(c.norm);
-  j["norm_eps"] = c.norm_eps;
-  j["activation"] = activation_name(c.act);
-  j["gated_ffn"] = c.gated_ffn;
-  j["attn_qkv_bias"] = c.attn_qkv_bias;
-  j["attn_out_bias"] = c.attn_out_bias;
-  j["ffn_bias"] = c.ffn_bias;
-  j["norm_bias"] = c.norm_bias;
-  j["tie_embeddings"] = c.tie_embeddings;
+  j.update(config_to_json(c));
+  // Positions as one object instead of the config's flat fields.
+  for (const char* k : {"learned_pos", "pos_offset", "rope_layout", "rope_theta", "rope_scaling",
+                        "rope_freq_factors"}) {
+    j.erase(k);
+  }
   if (c.learned_pos) {
     j["position"] = {{"kind", "learned"}, {"offset", c.pos_offset}};
   } else {
@@ -160,11 +148,7 @@ Json to_json(const Model& model, const TokenizerSummary& tok) {
                      {"theta", c.rope_theta},
                      {"scaling", scaling}};
   }
-  j["sliding_window"] = c.sliding_window;
-  j["bos_id"] = c.bos_id;
-  j["eos_ids"] = c.eos_ids;
   j["n_params"] = d.n_params();
-  j["source_dtype"] = c.source_dtype;
   Json bytes = Json::object();
   uint64_t total = 0;
   for (const auto& [dt, n] : d.bytes_per_dtype()) {

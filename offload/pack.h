@@ -119,7 +119,6 @@ struct PackManifest {
 };
 
 // A model config as JSON (every field of ModelConfig), as stored in manifests.
-Json config_to_json(const ModelConfig& c);
 
 // The units of a pack for a model, in file order, each with the model's
 // tensors in the order documented above.

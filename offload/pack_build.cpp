@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/units.h"
 #include "io/gguf.h"
+#include "model/config_json.h"
 #include "model/model.h"
 #include "offload/aligned_buffer.h"
 #include "offload/checksum.h"

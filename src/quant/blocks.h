@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace strata {
 
@@ -91,6 +92,27 @@ static_assert(detail::block_layout_ok<DType::kQ4S32>(), "q4s32 block layout");
 static_assert(detail::block_layout_ok<DType::kQ4A32>(), "q4a32 block layout");
 static_assert(detail::block_layout_ok<DType::kQ4A64>(), "q4a64 block layout");
 static_assert(detail::block_layout_ok<DType::kQ4A128>(), "q4a128 block layout");
+
+// Calls f(static_cast<B*>(nullptr)) with B the block struct of the
+// quantized dtype t: the one switch over the formats, for code whose
+// kernels are overloaded on the block type (quant_ref.cpp, the fast paths).
+template <typename F>
+void visit_block_type(DType t, F&& f) {
+  switch (t) {
+    case DType::kQ8S32: return f(static_cast<BlockQ8S<32>*>(nullptr));
+    case DType::kQ8S64: return f(static_cast<BlockQ8S<64>*>(nullptr));
+    case DType::kQ8S128: return f(static_cast<BlockQ8S<128>*>(nullptr));
+    case DType::kQ8A32: return f(static_cast<BlockQ8A<32>*>(nullptr));
+    case DType::kQ8A64: return f(static_cast<BlockQ8A<64>*>(nullptr));
+    case DType::kQ8A128: return f(static_cast<BlockQ8A<128>*>(nullptr));
+    case DType::kQ4S32: return f(static_cast<BlockQ4S32*>(nullptr));
+    case DType::kQ4A32: return f(static_cast<BlockQ4A<32>*>(nullptr));
+    case DType::kQ4A64: return f(static_cast<BlockQ4A<64>*>(nullptr));
+    case DType::kQ4A128: return f(static_cast<BlockQ4A<128>*>(nullptr));
+    default: break;
+  }
+  STRATA_ASSERT_MSG(false, "{} is not a q4/q8 block format", dtype_name(t));
+}
 
 // GGUF's names for the blocks that are byte-identical to theirs.
 using BlockQ8_0 = BlockQ8S<32>;

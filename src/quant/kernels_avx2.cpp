@@ -140,7 +140,7 @@ struct Group {
 // ---- Q8S<G> ----
 
 template <int G>
-STRATA_AVX2 void quantize_q8s(const float* x, BlockQ8S<G>* y, int64_t nb) {
+STRATA_AVX2 void quantize_blocks(const float* x, BlockQ8S<G>* y, int64_t nb) {
   constexpr int V = G / 8;
   for (int64_t i = 0; i < nb; ++i, x += G) {
     Group<V> g;
@@ -164,7 +164,7 @@ STRATA_AVX2 void quantize_q8s(const float* x, BlockQ8S<G>* y, int64_t nb) {
 }
 
 template <int G, typename Out>
-STRATA_AVX2 void dequantize_q8s(const BlockQ8S<G>* x, Out* y, int64_t nb) {
+STRATA_AVX2 void dequantize_blocks(const BlockQ8S<G>* x, Out* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += G) {
     const __m256 d = _mm256_set1_ps(f16_scalar(x[i].d));
     for (int k = 0; k < G; k += 8) {
@@ -176,7 +176,7 @@ STRATA_AVX2 void dequantize_q8s(const BlockQ8S<G>* x, Out* y, int64_t nb) {
 
 // ---- Q4S32 ----
 
-STRATA_AVX2 void quantize_q4s(const float* x, BlockQ4S32* y, int64_t nb) {
+STRATA_AVX2 void quantize_blocks(const float* x, BlockQ4S32* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += 32) {
     Group<4> g;
     g.load(x);
@@ -210,7 +210,7 @@ STRATA_AVX2 void quantize_q4s(const float* x, BlockQ4S32* y, int64_t nb) {
 }
 
 template <typename Out>
-STRATA_AVX2 void dequantize_q4s(const BlockQ4S32* x, Out* y, int64_t nb) {
+STRATA_AVX2 void dequantize_blocks(const BlockQ4S32* x, Out* y, int64_t nb) {
   const __m256i mask = _mm256_set1_epi32(0x0f);
   const __m256i eight = _mm256_set1_epi32(8);
   for (int64_t i = 0; i < nb; ++i, y += 32) {
@@ -251,7 +251,7 @@ STRATA_AVX2 GroupParams quantize_asym_group(const float* x, int levels, __m256i*
 }
 
 template <int G>
-STRATA_AVX2 void quantize_q8a(const float* x, BlockQ8A<G>* y, int64_t nb) {
+STRATA_AVX2 void quantize_blocks(const float* x, BlockQ8A<G>* y, int64_t nb) {
   constexpr int V = G / 8;
   for (int64_t i = 0; i < nb; ++i, x += G) {
     __m256i q[V];
@@ -266,7 +266,7 @@ STRATA_AVX2 void quantize_q8a(const float* x, BlockQ8A<G>* y, int64_t nb) {
 }
 
 template <int G, typename Out>
-STRATA_AVX2 void dequantize_q8a(const BlockQ8A<G>* x, Out* y, int64_t nb) {
+STRATA_AVX2 void dequantize_blocks(const BlockQ8A<G>* x, Out* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += G) {
     const __m256 d = _mm256_set1_ps(f16_scalar(x[i].d));
     const __m256 m = _mm256_set1_ps(f16_scalar(x[i].m));
@@ -279,7 +279,7 @@ STRATA_AVX2 void dequantize_q8a(const BlockQ8A<G>* x, Out* y, int64_t nb) {
 }
 
 template <int G>
-STRATA_AVX2 void quantize_q4a(const float* x, BlockQ4A<G>* y, int64_t nb) {
+STRATA_AVX2 void quantize_blocks(const float* x, BlockQ4A<G>* y, int64_t nb) {
   constexpr int V = G / 8;
   for (int64_t i = 0; i < nb; ++i, x += G) {
     __m256i q[V];
@@ -295,7 +295,7 @@ STRATA_AVX2 void quantize_q4a(const float* x, BlockQ4A<G>* y, int64_t nb) {
 }
 
 template <int G, typename Out>
-STRATA_AVX2 void dequantize_q4a(const BlockQ4A<G>* x, Out* y, int64_t nb) {
+STRATA_AVX2 void dequantize_blocks(const BlockQ4A<G>* x, Out* y, int64_t nb) {
   const __m256i mask = _mm256_set1_epi32(0x0f);
   for (int64_t i = 0; i < nb; ++i, y += G) {
     const __m256 d = _mm256_set1_ps(f16_scalar(x[i].d));
@@ -315,61 +315,19 @@ STRATA_AVX2 void dequantize_q4a(const BlockQ4A<G>* x, Out* y, int64_t nb) {
 
 STRATA_AVX2 void quantize_row_avx2(DType t, const float* x, void* y, int64_t n) {
   const int64_t nb = n / dtype_info(t).block_elems;
-  switch (t) {
-    case DType::kQ8S32:
-      return quantize_q8s<32>(x, static_cast<BlockQ8S<32>*>(y), nb);
-    case DType::kQ8S64:
-      return quantize_q8s<64>(x, static_cast<BlockQ8S<64>*>(y), nb);
-    case DType::kQ8S128:
-      return quantize_q8s<128>(x, static_cast<BlockQ8S<128>*>(y), nb);
-    case DType::kQ8A32:
-      return quantize_q8a<32>(x, static_cast<BlockQ8A<32>*>(y), nb);
-    case DType::kQ8A64:
-      return quantize_q8a<64>(x, static_cast<BlockQ8A<64>*>(y), nb);
-    case DType::kQ8A128:
-      return quantize_q8a<128>(x, static_cast<BlockQ8A<128>*>(y), nb);
-    case DType::kQ4S32:
-      return quantize_q4s(x, static_cast<BlockQ4S32*>(y), nb);
-    case DType::kQ4A32:
-      return quantize_q4a<32>(x, static_cast<BlockQ4A<32>*>(y), nb);
-    case DType::kQ4A64:
-      return quantize_q4a<64>(x, static_cast<BlockQ4A<64>*>(y), nb);
-    case DType::kQ4A128:
-      return quantize_q4a<128>(x, static_cast<BlockQ4A<128>*>(y), nb);
-    default:
-      break;
-  }
-  STRATA_ASSERT_MSG(false, "no quantizer for {}", dtype_name(t));
+  visit_block_type(t, [&](auto* tag) {
+    using B = std::remove_pointer_t<decltype(tag)>;
+    quantize_blocks(x, static_cast<B*>(y), nb);
+  });
 }
 
 template <typename Out>
 STRATA_AVX2 void dequantize_row_avx2(DType t, const void* x, Out* y, int64_t n) {
   const int64_t nb = n / dtype_info(t).block_elems;
-  switch (t) {
-    case DType::kQ8S32:
-      return dequantize_q8s<32>(static_cast<const BlockQ8S<32>*>(x), y, nb);
-    case DType::kQ8S64:
-      return dequantize_q8s<64>(static_cast<const BlockQ8S<64>*>(x), y, nb);
-    case DType::kQ8S128:
-      return dequantize_q8s<128>(static_cast<const BlockQ8S<128>*>(x), y, nb);
-    case DType::kQ8A32:
-      return dequantize_q8a<32>(static_cast<const BlockQ8A<32>*>(x), y, nb);
-    case DType::kQ8A64:
-      return dequantize_q8a<64>(static_cast<const BlockQ8A<64>*>(x), y, nb);
-    case DType::kQ8A128:
-      return dequantize_q8a<128>(static_cast<const BlockQ8A<128>*>(x), y, nb);
-    case DType::kQ4S32:
-      return dequantize_q4s(static_cast<const BlockQ4S32*>(x), y, nb);
-    case DType::kQ4A32:
-      return dequantize_q4a<32>(static_cast<const BlockQ4A<32>*>(x), y, nb);
-    case DType::kQ4A64:
-      return dequantize_q4a<64>(static_cast<const BlockQ4A<64>*>(x), y, nb);
-    case DType::kQ4A128:
-      return dequantize_q4a<128>(static_cast<const BlockQ4A<128>*>(x), y, nb);
-    default:
-      break;
-  }
-  STRATA_ASSERT_MSG(false, "no dequantizer for {}", dtype_name(t));
+  visit_block_type(t, [&](auto* tag) {
+    using B = std::remove_pointer_t<decltype(tag)>;
+    dequantize_blocks(static_cast<const B*>(x), y, nb);
+  });
 }
 
 STRATA_AVX2 void dequantize_row_f32_avx2(DType t, const void* x, float* y, int64_t n) {

@@ -32,7 +32,7 @@ bool all_equal(const float* x, int n) {
 // ---- Q8S<G> ----
 
 template <int G>
-void quantize_q8s(const float* x, BlockQ8S<G>* y, int64_t nb) {
+void quantize_blocks(const float* x, BlockQ8S<G>* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += G) {
     float amax = 0.0f;
     for (int j = 0; j < G; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -48,7 +48,7 @@ void quantize_q8s(const float* x, BlockQ8S<G>* y, int64_t nb) {
 }
 
 template <int G>
-void dequantize_q8s(const BlockQ8S<G>* x, float* y, int64_t nb) {
+void dequantize_blocks(const BlockQ8S<G>* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += G) {
     const float d = f16_to_f32(x[i].d);
     for (int j = 0; j < G; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
@@ -57,7 +57,7 @@ void dequantize_q8s(const BlockQ8S<G>* x, float* y, int64_t nb) {
 
 // ---- Q4S32 ----
 
-void quantize_q4s(const float* x, BlockQ4S32* y, int64_t nb) {
+void quantize_blocks(const float* x, BlockQ4S32* y, int64_t nb) {
   constexpr int G = 32;
   for (int64_t i = 0; i < nb; ++i, x += G) {
     float amax = 0.0f;
@@ -79,7 +79,7 @@ void quantize_q4s(const float* x, BlockQ4S32* y, int64_t nb) {
   }
 }
 
-void dequantize_q4s(const BlockQ4S32* x, float* y, int64_t nb) {
+void dequantize_blocks(const BlockQ4S32* x, float* y, int64_t nb) {
   constexpr int G = 32;
   for (int64_t i = 0; i < nb; ++i, y += G) {
     const float d = f16_to_f32(x[i].d);
@@ -115,7 +115,7 @@ GroupParams quantize_asym_group(const float* x, int levels, int* q) {
 }
 
 template <int G>
-void quantize_q8a(const float* x, BlockQ8A<G>* y, int64_t nb) {
+void quantize_blocks(const float* x, BlockQ8A<G>* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += G) {
     int q[G];
     const GroupParams p = quantize_asym_group<G>(x, 255, q);
@@ -126,7 +126,7 @@ void quantize_q8a(const float* x, BlockQ8A<G>* y, int64_t nb) {
 }
 
 template <int G>
-void dequantize_q8a(const BlockQ8A<G>* x, float* y, int64_t nb) {
+void dequantize_blocks(const BlockQ8A<G>* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += G) {
     const float d = f16_to_f32(x[i].d);
     const float m = f16_to_f32(x[i].m);
@@ -135,7 +135,7 @@ void dequantize_q8a(const BlockQ8A<G>* x, float* y, int64_t nb) {
 }
 
 template <int G>
-void quantize_q4a(const float* x, BlockQ4A<G>* y, int64_t nb) {
+void quantize_blocks(const float* x, BlockQ4A<G>* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += G) {
     int q[G];
     const GroupParams p = quantize_asym_group<G>(x, 15, q);
@@ -146,7 +146,7 @@ void quantize_q4a(const float* x, BlockQ4A<G>* y, int64_t nb) {
 }
 
 template <int G>
-void dequantize_q4a(const BlockQ4A<G>* x, float* y, int64_t nb) {
+void dequantize_blocks(const BlockQ4A<G>* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += G) {
     const float d = f16_to_f32(x[i].d);
     const float m = f16_to_f32(x[i].m);
@@ -169,60 +169,18 @@ int64_t n_blocks(DType t, int64_t n) {
 
 void quantize_row_ref(DType t, const float* x, void* y, int64_t n) {
   const int64_t nb = n_blocks(t, n);
-  switch (t) {
-    case DType::kQ8S32:
-      return quantize_q8s<32>(x, static_cast<BlockQ8S<32>*>(y), nb);
-    case DType::kQ8S64:
-      return quantize_q8s<64>(x, static_cast<BlockQ8S<64>*>(y), nb);
-    case DType::kQ8S128:
-      return quantize_q8s<128>(x, static_cast<BlockQ8S<128>*>(y), nb);
-    case DType::kQ8A32:
-      return quantize_q8a<32>(x, static_cast<BlockQ8A<32>*>(y), nb);
-    case DType::kQ8A64:
-      return quantize_q8a<64>(x, static_cast<BlockQ8A<64>*>(y), nb);
-    case DType::kQ8A128:
-      return quantize_q8a<128>(x, static_cast<BlockQ8A<128>*>(y), nb);
-    case DType::kQ4S32:
-      return quantize_q4s(x, static_cast<BlockQ4S32*>(y), nb);
-    case DType::kQ4A32:
-      return quantize_q4a<32>(x, static_cast<BlockQ4A<32>*>(y), nb);
-    case DType::kQ4A64:
-      return quantize_q4a<64>(x, static_cast<BlockQ4A<64>*>(y), nb);
-    case DType::kQ4A128:
-      return quantize_q4a<128>(x, static_cast<BlockQ4A<128>*>(y), nb);
-    default:
-      break;
-  }
-  STRATA_ASSERT_MSG(false, "no reference quantizer for {}", dtype_name(t));
+  visit_block_type(t, [&](auto* tag) {
+    using B = std::remove_pointer_t<decltype(tag)>;
+    quantize_blocks(x, static_cast<B*>(y), nb);
+  });
 }
 
 void dequantize_row_ref(DType t, const void* x, float* y, int64_t n) {
   const int64_t nb = n_blocks(t, n);
-  switch (t) {
-    case DType::kQ8S32:
-      return dequantize_q8s<32>(static_cast<const BlockQ8S<32>*>(x), y, nb);
-    case DType::kQ8S64:
-      return dequantize_q8s<64>(static_cast<const BlockQ8S<64>*>(x), y, nb);
-    case DType::kQ8S128:
-      return dequantize_q8s<128>(static_cast<const BlockQ8S<128>*>(x), y, nb);
-    case DType::kQ8A32:
-      return dequantize_q8a<32>(static_cast<const BlockQ8A<32>*>(x), y, nb);
-    case DType::kQ8A64:
-      return dequantize_q8a<64>(static_cast<const BlockQ8A<64>*>(x), y, nb);
-    case DType::kQ8A128:
-      return dequantize_q8a<128>(static_cast<const BlockQ8A<128>*>(x), y, nb);
-    case DType::kQ4S32:
-      return dequantize_q4s(static_cast<const BlockQ4S32*>(x), y, nb);
-    case DType::kQ4A32:
-      return dequantize_q4a<32>(static_cast<const BlockQ4A<32>*>(x), y, nb);
-    case DType::kQ4A64:
-      return dequantize_q4a<64>(static_cast<const BlockQ4A<64>*>(x), y, nb);
-    case DType::kQ4A128:
-      return dequantize_q4a<128>(static_cast<const BlockQ4A<128>*>(x), y, nb);
-    default:
-      break;
-  }
-  STRATA_ASSERT_MSG(false, "no reference dequantizer for {}", dtype_name(t));
+  visit_block_type(t, [&](auto* tag) {
+    using B = std::remove_pointer_t<decltype(tag)>;
+    dequantize_blocks(static_cast<const B*>(x), y, nb);
+  });
 }
 
 void dequantize_row_bf16_ref(DType t, const void* x, uint16_t* y, int64_t n) {

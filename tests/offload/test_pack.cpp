@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/json.h"
+#include "model/config_json.h"
 #include "model/model.h"
 #include "offload/aligned_buffer.h"
 #include "offload/checksum.h"
