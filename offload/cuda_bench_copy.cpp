@@ -19,14 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "core/bench.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "offload/cuda_memory.h"
-
-#ifndef STRATA_GIT_COMMIT
-#define STRATA_GIT_COMMIT "unknown"
-#endif
 
 namespace {
 
@@ -36,19 +33,11 @@ struct Stat {
   double median = 0, lo = 0, hi = 0;  // GB/s
 };
 
-// Runs `once` (which must return after its copies completed) warm-up times
-// and then `repeats` times; GB/s of `bytes` per run.
+// Runs `once` (which must return after its copies completed) twice to warm
+// up, then `repeats` times (core/bench.h); GB/s of `bytes` per run.
 Stat measure(const std::function<void()>& once, double bytes, int repeats) {
-  for (int i = 0; i < 2; ++i) once();
-  std::vector<double> gbs;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    once();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    gbs.push_back(bytes / s / 1e9);
-  }
-  std::sort(gbs.begin(), gbs.end());
-  return {gbs[gbs.size() / 2], gbs.front(), gbs.back()};
+  const RunTimes t = time_runs(once, {2, repeats, repeats, 0});
+  return {t.rate(bytes) / 1e9, t.rate_lo(bytes) / 1e9, t.rate_hi(bytes) / 1e9};
 }
 
 void check(cudaError_t e, const char* what) {
@@ -138,7 +127,8 @@ int run(int argc, char** argv) {
   std::printf(
       "strata_bench_cuda_copy: %s (sm_%d%d), commit %s, %s per copy, median of %d "
       "(min-max)\n",
-      prop.name, prop.major, prop.minor, STRATA_GIT_COMMIT, format_bytes(bytes).c_str(), repeats);
+      prop.name, prop.major, prop.minor, build_commit().c_str(), format_bytes(bytes).c_str(),
+      repeats);
   std::printf("%-40s %-24s %-24s\n", "path", "host->device GB/s", "device->host GB/s");
   std::printf("%-40s %-24s %-24s\n", "strata (pinned pool, copy queues)",
               fmt_stat(ours_h2d).c_str(), fmt_stat(ours_d2h).c_str());

@@ -31,19 +31,7 @@ namespace strata {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// CPU seconds this process has used (all threads, user and system).
-double process_cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
-  return sec(u.ru_utime) + sec(u.ru_stime);
-}
 
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ull);
@@ -106,9 +94,6 @@ DeviceBuffer device_random(Backend& backend, DType t, size_t n_elems, uint64_t s
   return device_copy_of(backend, host.data(), bytes);
 }
 
-std::string errno_text(int e) {
-  return std::strerror(e);
-}
 
 // Removes a file when it goes out of scope.
 struct RemoveOnExit {
@@ -123,55 +108,6 @@ struct RemoveOnExit {
 constexpr uint64_t kDiskMargin = uint64_t{64} << 20;
 
 }  // namespace
-
-RunTimes time_runs(const std::function<void()>& body, const TimingPlan& plan) {
-  STRATA_ASSERT(plan.min_reps >= 1 && plan.max_reps >= plan.min_reps && plan.warmup >= 0);
-  for (int i = 0; i < plan.warmup; ++i) body();
-  std::vector<double> t;
-  const double cpu0 = process_cpu_seconds();
-  const auto start = Clock::now();
-  while (static_cast<int>(t.size()) < plan.min_reps ||
-         (seconds_since(start) < plan.min_seconds && static_cast<int>(t.size()) < plan.max_reps)) {
-    const auto t0 = Clock::now();
-    body();
-    t.push_back(seconds_since(t0));
-  }
-  RunTimes r;
-  r.wall_s = seconds_since(start);
-  r.cpu_s = process_cpu_seconds() - cpu0;
-  std::sort(t.begin(), t.end());
-  r.n = static_cast<int>(t.size());
-  const size_t h = t.size() / 2;
-  r.median = t.size() % 2 == 1 ? t[h] : 0.5 * (t[h - 1] + t[h]);
-  r.lo = t.front();
-  r.hi = t.back();
-  if (!(r.lo > 0) || !std::isfinite(r.hi)) {
-    fail("profile: a measured run took {} s; the clock cannot time it", r.lo);
-  }
-  return r;
-}
-
-// ---- the machine ----
-
-std::string cpu_model_name() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
-    }
-  }
-  return "unknown CPU";
-}
-
-std::string build_commit() {
-#ifdef STRATA_GIT_COMMIT
-  const std::string c = STRATA_GIT_COMMIT;
-  if (!c.empty()) return c;
-#endif
-  return "unknown";
-}
 
 // ---- memory sizes ----
 
@@ -216,7 +152,7 @@ uint64_t free_disk_bytes(const std::string& dir) {
     fail(
         "offload directory {}: cannot read its free space ({}); pass a directory with "
         "--offload-dir",
-        dir, errno_text(errno));
+        dir, std::strerror(errno));
   }
   return static_cast<uint64_t>(st.f_bavail) * static_cast<uint64_t>(st.f_frsize);
 }
@@ -241,7 +177,7 @@ void check_offload_dir(const std::string& dir, uint64_t file_bytes) {
     fail(
         "offload directory {}: cannot create a file there ({}); pass a writable directory with "
         "--offload-dir",
-        dir, errno_text(errno));
+        dir, std::strerror(errno));
   }
   ::close(fd);
   ::unlink(probe.c_str());

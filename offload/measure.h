@@ -3,10 +3,11 @@
 // many blocks in flight), host<->device copies and the GEMM and paged
 // attention rates of a Backend, the RAM read rate, and the memory sizes.
 // Every measurement warms up first, then repeats and keeps the median with
-// its range, so one slow run on a shared machine does not become the number.
+// its range (core/bench.h), so one slow run on a shared machine does not
+// become the number.
 //
 // It measures; it does not decide what a number means to the cost model
-// (cli/cmd_profile.cpp maps them onto a HardwareProfile). Rates come back in
+// (plan/machine_profile.cpp maps them onto a HardwareProfile). Rates come back in
 // bytes or FLOPs per second. FLOPs of attention are counted as the cost model
 // counts them (policy/cost_model.h): 4 * n_new * ctx * q_dim per sequence,
 // so a causal prefill of s tokens counts 4 * s^2 * q_dim although the kernel
@@ -21,43 +22,12 @@
 #include <functional>
 #include <string>
 
+#include "core/bench.h"
 #include "core/dtype.h"
 
 namespace strata {
 
 class Backend;
-
-// How often to run a measured body: `warmup` untimed runs, then timed runs
-// until both `min_reps` runs and `min_seconds` have passed (at most max_reps).
-struct TimingPlan {
-  int warmup = 1;
-  int min_reps = 3;
-  int max_reps = 100;
-  double min_seconds = 0.2;
-};
-
-// Seconds per run of a repeated measurement: median, fastest, slowest; and
-// the wall and CPU time (all threads of the process) of the timed runs, whose
-// ratio shows whether other processes took the cores meanwhile.
-struct RunTimes {
-  double median = 0, lo = 0, hi = 0;
-  int n = 0;
-  double wall_s = 0, cpu_s = 0;
-  // `amount` (bytes, FLOPs) per second at the median, the slowest and the
-  // fastest run.
-  double rate(double amount) const { return amount / median; }
-  double rate_lo(double amount) const { return amount / hi; }
-  double rate_hi(double amount) const { return amount / lo; }
-};
-
-RunTimes time_runs(const std::function<void()>& body, const TimingPlan& plan);
-
-// ---- the machine ----
-
-// The CPU's model name ("AMD EPYC 9454"), from /proc/cpuinfo; "unknown CPU".
-std::string cpu_model_name();
-// The commit Strata was built from ("6bd00e0"), or "unknown".
-std::string build_commit();
 
 // ---- memory sizes ----
 

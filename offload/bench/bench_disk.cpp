@@ -18,14 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "core/bench.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "offload/disk_io.h"
-
-#ifndef STRATA_GIT_COMMIT
-#define STRATA_GIT_COMMIT "unknown"
-#endif
 
 namespace {
 
@@ -70,18 +67,11 @@ Pair fio_pair(const std::string& dir, uint64_t size, size_t block, int depth) {
   return p;
 }
 
-struct Stat {
-  double median = 0, min = 0, max = 0;
-};
-
-Stat stat_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
-}
-
-std::string cell(const Stat& s) {
+// "median [lo-hi]" of rates (core/bench.h), "n/a" when the tool failed.
+std::string cell(std::vector<double> v) {
+  const Spread s = spread_of(std::move(v));
   if (s.median < 0) return "      n/a      ";
-  return fmt::format("{:5.2f} [{:4.2f}-{:4.2f}]", s.median, s.min, s.max);
+  return fmt::format("{:5.2f} [{:4.2f}-{:4.2f}]", s.median, s.lo, s.hi);
 }
 
 }  // namespace
@@ -108,8 +98,7 @@ int main(int argc, char** argv) {
     const size_t block = parse_bytes(block_text, "--block");
     utsname u{};
     ::uname(&u);
-    std::printf("# strata_bench_disk  commit %s  kernel %s  cpus %ld\n", STRATA_GIT_COMMIT,
-                u.release, ::sysconf(_SC_NPROCESSORS_ONLN));
+    std::printf("%s# kernel %s\n", bench_banner("bench_disk").c_str(), u.release);
     std::printf("# dir %s  file %s  block %s  repeats %d (median [min-max], GB/s = 1e9 B/s)\n",
                 dir.c_str(), format_bytes(static_cast<double>(size)).c_str(),
                 format_bytes(static_cast<double>(block)).c_str(), repeats);
@@ -138,13 +127,13 @@ int main(int argc, char** argv) {
         fw.push_back(f.write);
         fr.push_back(f.read);
       }
-      std::printf("%-5d | %-29s | %-29s | %-29s | %-29s\n", depth, cell(stat_of(ew)).c_str(),
-                  cell(stat_of(fw)).c_str(), cell(stat_of(er)).c_str(), cell(stat_of(fr)).c_str());
-      std::printf("%-5s | %-29s | %-29s | %-29s | %-29s\n", "  fix", cell(stat_of(ewf)).c_str(), "",
-                  cell(stat_of(erf)).c_str(), "");
+      std::printf("%-5d | %-29s | %-29s | %-29s | %-29s\n", depth, cell((ew)).c_str(),
+                  cell((fw)).c_str(), cell((er)).c_str(), cell((fr)).c_str());
+      std::printf("%-5s | %-29s | %-29s | %-29s | %-29s\n", "  fix", cell((ewf)).c_str(), "",
+                  cell((erf)).c_str(), "");
       if (threads) {
-        std::printf("%-5s | %-29s | %-29s | %-29s | %-29s\n", "  thr", cell(stat_of(tw)).c_str(),
-                    "", cell(stat_of(tr)).c_str(), "");
+        std::printf("%-5s | %-29s | %-29s | %-29s | %-29s\n", "  thr", cell((tw)).c_str(),
+                    "", cell((tr)).c_str(), "");
       }
       std::fflush(stdout);
     }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bench.h"
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "quant/convert.h"
@@ -31,32 +32,12 @@
 namespace {
 
 using strata::DType;
-using Clock = std::chrono::steady_clock;
 
-struct Stats {
-  double median = 0, lo = 0, hi = 0;  // seconds
-};
+using Stats = strata::RunTimes;
 
+// Two warm-up runs, then `reps` runs (core/bench.h).
 Stats time_it(int reps, const std::function<void()>& fn) {
-  fn();
-  fn();
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t.front(), t.back()};
-}
-
-std::string cpu_name() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
+  return strata::time_runs(fn, {2, reps, reps, 0});
 }
 
 // Bytes per second all threads read summing a 512 MiB buffer (best of reps).
@@ -108,7 +89,7 @@ int main(int argc, char** argv) {
       return a == "--help" ? 0 : 2;
     }
   }
-  std::printf("strata quantized-KV attention benchmark  %s  %d threads\n", cpu_name().c_str(),
+  std::printf("strata quantized-KV attention benchmark  %s  %d threads\n", strata::cpu_model_name().c_str(),
               omp_get_max_threads());
   const double bw = read_bandwidth(10);
   std::printf("ceiling: read bandwidth %.1f GB/s (512 MiB, best of 10)\n", bw / 1e9);

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bench.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -35,35 +36,17 @@
 namespace {
 
 using namespace strata;
-using Clock = std::chrono::steady_clock;
 
-struct Range {
-  double median = 0, lo = 0, hi = 0;
-};
+using Range = Spread;  // core/bench.h
 
 Range range_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
+  return spread_of(std::move(v));
 }
 
+// One warm-up run, then `reps` runs (core/bench.h).
 Range time_it(int reps, const std::function<void()>& fn) {
-  fn();
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return range_of(t);
-}
-
-std::string cpu_name() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
+  const RunTimes t = time_runs(fn, {1, reps, reps, 0});
+  return {t.median, t.lo, t.hi};
 }
 
 // Bytes copied per second by memcpy over 512 MiB (read + write counted once).
@@ -182,7 +165,7 @@ int run(int argc, char** argv) {
   const int64_t kv_elem = kv == DType::kF32 ? 4 : 2;
   const int64_t kv_row_bytes = c.n_kv_head * c.head_dim * kv_elem;
 
-  std::printf("strata engine benchmark  %s  %d threads  %s\n", cpu_name().c_str(),
+  std::printf("strata engine benchmark  %s  %d threads  %s\n", cpu_model_name().c_str(),
               omp_get_max_threads(), cpu::cpu_features().avx512_bf16 ? "avx512_bf16" : "");
   std::printf(
       "model %s: %lld layers, n_embd %lld, %lld/%lld heads, vocab %lld, weights read per "

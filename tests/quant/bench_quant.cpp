@@ -16,12 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "core/bench.h"
 #include "core/dtype.h"
 #include "quant/isa.h"
-
-#ifndef STRATA_GIT_COMMIT
-#define STRATA_GIT_COMMIT "unknown"
-#endif
 
 namespace strata {
 namespace {
@@ -30,26 +27,11 @@ struct Stat {
   double median, lo, hi;  // GB/s
 };
 
+// One warm-up run (page faults, caches, frequency), then `repeats` runs
+// (core/bench.h); GB/s of `bytes` per run.
 Stat measure(int repeats, double bytes, const std::function<void()>& fn) {
-  fn();  // warm-up: page faults, caches, frequency
-  std::vector<double> gbps;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    gbps.push_back(bytes / s / 1e9);
-  }
-  std::sort(gbps.begin(), gbps.end());
-  return {gbps[gbps.size() / 2], gbps.front(), gbps.back()};
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
+  const RunTimes t = time_runs(fn, {1, repeats, repeats, 0});
+  return {t.rate(bytes) / 1e9, t.rate_lo(bytes) / 1e9, t.rate_hi(bytes) / 1e9};
 }
 
 void print_stat(const char* what, Stat s, double ceiling) {
@@ -86,7 +68,7 @@ int run(int argc, char** argv) {
   }
 
   std::printf("bench_quant: %s, commit %s, 1 thread, %d repeats (median [min .. max])\n",
-              cpu_model().c_str(), STRATA_GIT_COMMIT, repeats);
+              cpu_model_name().c_str(), build_commit().c_str(), repeats);
   std::printf("GB/s = (bytes read + bytes written) / s; memcpy counts 2 x its size\n");
 
   struct Case {

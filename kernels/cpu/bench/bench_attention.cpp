@@ -27,50 +27,22 @@
 
 #include <time.h>
 
+#include "core/bench.h"
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 
 namespace {
 
 using strata::DType;
-using Clock = std::chrono::steady_clock;
 
-struct Stats {
-  double median = 0, lo = 0, hi = 0;  // seconds
-};
+using Stats = strata::RunTimes;
 
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-// Wall time; with STRATA_BENCH_CPU_TIME=1 the process CPU time divided by
-// the thread count instead (steadier on a machine shared with other work, as
-// long as the threads do not wait on each other).
+// Two warm-up runs, then `reps` runs (core/bench.h); with
+// STRATA_BENCH_CPU_TIME=1 a run's time is the process CPU time divided by
+// the thread count.
 Stats time_it(int reps, const std::function<void()>& fn) {
   static const bool use_cpu = std::getenv("STRATA_BENCH_CPU_TIME") != nullptr;
-  fn();
-  fn();
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    const double c0 = cpu_seconds();
-    fn();
-    t.push_back(use_cpu ? (cpu_seconds() - c0) / omp_get_max_threads()
-                        : std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t.front(), t.back()};
-}
-
-std::string cpu_name() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
+  return strata::time_runs(fn, {2, reps, reps, 0, use_cpu ? omp_get_max_threads() : 0});
 }
 
 // Bytes read per second by all threads summing a 512 MiB buffer (best of reps).
@@ -140,7 +112,7 @@ int main(int argc, char** argv) {
   const int64_t per_seq = (ctx + ps - 1) / ps;
   const int64_t prompt_pages = (prompt + ps - 1) / ps;
   const int64_t n_pages = n_seq * per_seq;
-  std::printf("strata attention benchmark  %s  %d threads\n", cpu_name().c_str(),
+  std::printf("strata attention benchmark  %s  %d threads\n", strata::cpu_model_name().c_str(),
               omp_get_max_threads());
   const double bw = read_bandwidth(10);
   std::printf("ceiling: read bandwidth %.1f GB/s (512 MiB, best of 10)\n", bw / 1e9);

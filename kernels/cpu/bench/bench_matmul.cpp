@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bench.h"
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
@@ -36,37 +37,14 @@ namespace {
 
 using strata::DType;
 using strata::cpu::ComputeType;
-using Clock = std::chrono::steady_clock;
 
 int g_reps = 7;
 
-struct Stats {
-  double median = 0, lo = 0, hi = 0;  // seconds
-};
+using Stats = strata::RunTimes;
 
-// Runs fn twice to warm up, then g_reps times (at least 0.1 s in total).
+// Two warm-up runs, then g_reps runs (at least 0.1 s in all): core/bench.h.
 Stats time_it(const std::function<void()>& fn) {
-  fn();
-  fn();
-  std::vector<double> t;
-  const auto start = Clock::now();
-  while (static_cast<int>(t.size()) < g_reps ||
-         (std::chrono::duration<double>(Clock::now() - start).count() < 0.1 && t.size() < 200)) {
-    const auto t0 = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t.front(), t.back()};
-}
-
-std::string cpu_name() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
+  return strata::time_runs(fn, {2, g_reps, 200, 0.1});
 }
 
 struct Bandwidth {
@@ -215,7 +193,7 @@ int main(int argc, char** argv) {
   }
   const dnnl_version_t* v = dnnl_version();
   std::printf("strata matmul benchmark  commit %s  %s  %d threads  oneDNN %d.%d.%d\n",
-              STRATA_GIT_COMMIT, cpu_name().c_str(), omp_get_max_threads(), v->major, v->minor,
+              strata::build_commit().c_str(), strata::cpu_model_name().c_str(), omp_get_max_threads(), v->major, v->minor,
               v->patch);
   const Bandwidth bw = measure_bandwidth();
   const double ceil_f32 = onednn_ceiling(dnnl::memory::data_type::f32, 2048);
