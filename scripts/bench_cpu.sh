@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU engine benchmark: SmolLM2-135M at batch 1, 8 and 32 (prompt 128, gen 32),
 # prefill and decode tokens/s beside this machine's ceilings measured in the
-# same run (tests/engine/bench_engine.cpp): prefill GFLOP/s against a large
+# same run (tests/offload/bench_engine.cpp): prefill GFLOP/s against a large
 # oneDNN matmul in the same compute dtype, and the decode step time against
 # the memory-bandwidth bound (weights + KV read per step / memcpy bandwidth).
 # Then the same workload end to end through `strata bench` (driver, sampling,
@@ -39,7 +39,7 @@ echo "# strata bench_cpu  $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit $(git -C "$root
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')  $(nproc) cores  load $(cut -d' ' -f1-3 /proc/loadavg)"
 for c in $computes; do
   echo
-  "$build/tests/engine/strata_bench_engine" --model "$model" --batch "$batches" \
+  "$build/tests/offload/strata_bench_engine" --model "$model" --batch "$batches" \
     --prompt-len "$prompt_len" --gen-len "$gen_len" --compute "$c" --reps 3 "$@"
 done
 echo

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "model/run_cli.h"
+#include "support/run_cli.h"
 
 namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
-using test_files::run_strata;
+using test::run_strata;
 
 const std::string kData = STRATA_TEST_DATA;
 const std::string kLlama = kData + "/models/llama";

@@ -27,51 +27,9 @@
 #include "core/error.h"
 #include "generate/engine.h"
 #include "tokenizer/tokenizer.h"
+#include "support/files.h"
 
 namespace strata::test {
-
-inline std::string test_data(const std::string& rel) {
-  return std::string(STRATA_TEST_DATA) + "/" + rel;
-}
-
-inline std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline void write_text(const std::string& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << content;
-}
-
-inline std::vector<std::string> read_lines(const std::string& path) {
-  std::vector<std::string> lines;
-  std::istringstream in(read_text(path));
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
-}
-
-// A fresh directory under the system temp dir, removed at destruction.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "strata-gen-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 inline const Tokenizer& fixture_tokenizer() {
   static const std::unique_ptr<Tokenizer> tok = Tokenizer::from_path(test_data("models/llama"));

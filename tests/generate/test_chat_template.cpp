@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "generate/chat_template.h"
-#include "generate_test_util.h"
+#include "generate/generate_test_util.h"
 
 namespace strata {
 namespace {

@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "generate_test_util.h"
-#include "model/run_cli.h"
+#include "generate/generate_test_util.h"
+#include "support/run_cli.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata {
@@ -22,7 +22,7 @@ using test::read_text;
 using test::ScratchDir;
 using test::test_data;
 using test::write_text;
-using test_files::run_strata;
+using test::run_strata;
 
 const std::string kLlama = test_data("models/llama");
 

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "generate_test_util.h"
-#include "model/run_cli.h"
+#include "generate/generate_test_util.h"
+#include "support/run_cli.h"
 
 namespace strata {
 namespace {
@@ -19,7 +19,7 @@ using test::read_text;
 using test::ScratchDir;
 using test::test_data;
 using test::write_text;
-using test_files::run_strata;
+using test::run_strata;
 
 const std::string kDemo = std::string(STRATA_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
 

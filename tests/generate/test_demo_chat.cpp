@@ -11,7 +11,7 @@
 #include "generate/chat_template.h"
 #include "generate/driver.h"
 #include "generate/prompt_file.h"
-#include "generate_test_util.h"
+#include "generate/generate_test_util.h"
 
 namespace strata {
 namespace {

@@ -14,7 +14,7 @@
 #include "generate/driver.h"
 #include "generate/perplexity.h"
 #include "generate/report.h"
-#include "generate_test_util.h"
+#include "generate/generate_test_util.h"
 
 namespace strata {
 namespace {

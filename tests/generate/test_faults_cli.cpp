@@ -27,8 +27,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "generate_test_util.h"
-#include "model/run_cli.h"
+#include "generate/generate_test_util.h"
+#include "support/run_cli.h"
 
 namespace strata {
 namespace {
@@ -38,9 +38,9 @@ using test::read_text;
 using test::ScratchDir;
 using test::test_data;
 using test::write_text;
-using test_files::finish_strata;
-using test_files::run_strata;
-using test_files::start_strata;
+using test::finish_strata;
+using test::run_strata;
+using test::start_strata;
 
 const std::string kLlama = test_data("models/llama");
 

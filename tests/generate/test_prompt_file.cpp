@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "generate/prompt_file.h"
-#include "generate_test_util.h"
+#include "generate/generate_test_util.h"
 
 namespace strata {
 namespace {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "generate/stop.h"
-#include "generate_test_util.h"
+#include "generate/generate_test_util.h"
 #include "tokenizer/unicode.h"
 
 namespace strata {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "../io/file_writers.h"
+#include "io/file_writers.h"
 
 namespace strata::test_files {
 

@@ -9,8 +9,8 @@
 
 #include "io/json.h"
 #include "model/model.h"
-#include "run_cli.h"
-#include "../io/file_writers.h"
+#include "support/run_cli.h"
+#include "io/file_writers.h"
 
 namespace strata {
 namespace {
@@ -61,13 +61,13 @@ TEST(DemoModel, OpensWithItsPublishedShape) {
 TEST(DemoModel, InspectPrintsTheShape) {
   SKIP_WITHOUT_DEMO();
   test_files::TempDir dir;
-  auto r = test_files::run_strata({"inspect", "--model", kDemo}, dir.path().string());
+  auto r = test::run_strata({"inspect", "--model", kDemo}, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has_line(r.out, "layers", "30")) << r.out;
   EXPECT_TRUE(has_line(r.out, "hidden size", "576")) << r.out;
   EXPECT_TRUE(has_line(r.out, "vocab size", "49152")) << r.out;
   EXPECT_TRUE(has_line(r.out, "tokenizer", "gpt2, pre-tokenizer smollm, 49152 tokens")) << r.out;
-  r = test_files::run_strata({"inspect", "--model", kDemo, "--json"}, dir.path().string());
+  r = test::run_strata({"inspect", "--model", kDemo, "--json"}, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
   EXPECT_EQ(j["n_layer"], 30);

@@ -7,8 +7,8 @@
 #include <algorithm>
 
 #include "io/json.h"
-#include "model_dirs.h"
-#include "run_cli.h"
+#include "model/model_dirs.h"
+#include "support/run_cli.h"
 
 namespace strata {
 namespace {
@@ -46,7 +46,7 @@ TEST(InspectCli, JsonAndTextForASmallModel) {
   const std::filesystem::path model = dir.path() / "qwen";
   std::filesystem::create_directories(model);
   make_qwen2_dir(model);
-  auto r = test_files::run_strata({"inspect", "--model", model.string(), "--json"}, dir.path().string());
+  auto r = test::run_strata({"inspect", "--model", model.string(), "--json"}, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
   EXPECT_EQ(j["architecture"], "Qwen2ForCausalLM");
@@ -76,7 +76,7 @@ TEST(InspectCli, JsonAndTextForASmallModel) {
   EXPECT_EQ(j["tokenizer"]["pre"], "Sequence[Split, ByteLevel]");
   EXPECT_EQ(j["tokenizer"]["n_tokens"], 42);
 
-  r = test_files::run_strata({"inspect", "--model", model.string()}, dir.path().string());
+  r = test::run_strata({"inspect", "--model", model.string()}, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has_line(r.out, "layers", "2")) << r.out;
   EXPECT_TRUE(has_line(r.out, "hidden size", "16")) << r.out;
@@ -161,7 +161,7 @@ TEST(InspectCli, MalformedModelsFailWithOneLine) {
 
   for (const auto& c : cases) {
     SCOPED_TRACE(c.label);
-    const auto r = test_files::run_strata({"inspect", "--model", c.path}, dir.path().string());
+    const auto r = test::run_strata({"inspect", "--model", c.path}, dir.path().string());
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_EQ(r.out, "");
     ASSERT_FALSE(r.err.empty());

@@ -10,7 +10,7 @@
 #include "io/gguf.h"
 #include "io/json.h"
 #include "model/model.h"
-#include "model_dirs.h"
+#include "model/model_dirs.h"
 
 namespace strata {
 namespace {

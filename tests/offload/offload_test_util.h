@@ -23,33 +23,17 @@
 #include <string>
 #include <vector>
 
+#include "support/files.h"
+#include "support/random.h"
+#include "support/run_cli.h"
+
 namespace strata::offload_test {
 
-// Byte i of a pattern seeded by `seed`: no period shorter than 2^32.
-inline std::vector<std::byte> pattern(size_t n, uint32_t seed) {
-  std::vector<std::byte> v(n);
-  uint64_t x = 0x9e3779b97f4a7c15ull * (seed + 1);
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v[i] = static_cast<std::byte>(x >> 32);
-  }
-  return v;
-}
-
-inline std::vector<std::byte> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> b(c.size());
-  std::memcpy(b.data(), c.data(), c.size());
-  return b;
-}
-
-inline void write_file(const std::string& path, const std::vector<std::byte>& b) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
+using test::pattern;
+using test::read_file;
+using test::slurp;
+using test::write_file;
+using Run = test::CliResult;
 
 // While alive, this thread has no CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH in
 // its effective set, so permission bits apply to it even as root.
@@ -85,47 +69,12 @@ inline bool dir_is_unwritable(const std::filesystem::path& dir) {
   return false;
 }
 
-struct Run {
-  int exit_code = -1;
-  std::string out, err;
-};
 
-inline std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// Runs strata with `args`; `in_child` runs in the child before exec (only
-// async-signal-safe calls: setrlimit, signal, prctl).
+// Runs strata with `args`; `in_child` runs in the child before exec
+// (support/run_cli.h).
 inline Run run_strata(const std::vector<std::string>& args, const std::string& scratch,
                       void (*in_child)() = nullptr) {
-  const std::string out_path = scratch + "/cli.stdout", err_path = scratch + "/cli.stderr";
-  std::vector<std::string> argv_s = {STRATA_BIN};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  Run r;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out_fd, 1);
-    ::dup2(err_fd, 2);
-    if (in_child) in_child();
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(out_fd);
-  ::close(err_fd);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  return r;
+  return test::run_strata(args, scratch, {}, in_child);
 }
 
 // In a child: files may grow to 64 KiB at most (SIGXFSZ left at its default,

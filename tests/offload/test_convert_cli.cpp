@@ -7,10 +7,10 @@
 
 #include <filesystem>
 
-#include "../io/file_writers.h"
+#include "io/file_writers.h"
 #include "model/model.h"
 #include "offload/pack.h"
-#include "offload_test_util.h"
+#include "offload/offload_test_util.h"
 
 namespace strata {
 namespace {

@@ -8,11 +8,11 @@
 #include <functional>
 #include <vector>
 
-#include "../io/file_writers.h"
+#include "io/file_writers.h"
 #include "core/error.h"
 #include "offload/disk_io.h"
 #include "offload/disk_faults.h"
-#include "offload_test_util.h"
+#include "offload/offload_test_util.h"
 
 namespace strata {
 namespace {

@@ -19,10 +19,10 @@
 #include <random>
 #include <thread>
 
-#include "../io/file_writers.h"
+#include "io/file_writers.h"
 #include "core/error.h"
 #include "offload/disk_io.h"
-#include "offload_test_util.h"
+#include "offload/offload_test_util.h"
 
 namespace strata {
 namespace {

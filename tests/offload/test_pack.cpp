@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../io/file_writers.h"
+#include "io/file_writers.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/json.h"
@@ -23,7 +23,7 @@
 #include "offload/checksum.h"
 #include "offload/pack.h"
 #include "offload/pack_build.h"
-#include "offload_test_util.h"
+#include "offload/offload_test_util.h"
 #include "quant/quant_ref.h"
 
 namespace strata {

@@ -5,12 +5,12 @@
 
 #include <filesystem>
 
-#include "../io/file_writers.h"
+#include "io/file_writers.h"
 #include "core/dtype.h"
 #include "model/model.h"
 #include "offload/pack.h"
 #include "offload/pack_build.h"
-#include "offload_test_util.h"
+#include "offload/offload_test_util.h"
 #include "quant/quant_ref.h"
 
 namespace strata {

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "policy/cost_model.h"
-#include "policy_fixtures.h"
+#include "policy/policy_fixtures.h"
 
 namespace strata {
 namespace {

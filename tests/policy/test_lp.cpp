@@ -12,7 +12,7 @@
 #include "policy/lp_solver.h"
 #include "policy/placement_lp.h"
 #include "policy/search.h"
-#include "policy_fixtures.h"
+#include "policy/policy_fixtures.h"
 
 namespace strata {
 namespace {

@@ -13,7 +13,7 @@
 #include "policy/hardware.h"
 #include "policy/model_shape.h"
 #include "policy/policy.h"
-#include "policy_fixtures.h"
+#include "policy/policy_fixtures.h"
 
 namespace strata {
 namespace {

@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "quant/isa.h"
+#include "support/guarded.h"
 
 namespace strata::test {
 
@@ -46,40 +47,6 @@ inline float float_of(uint32_t u) {
 inline float f16_round(float v) {
   return f16_to_f32(f32_to_f16(v));
 }
-
-// A byte buffer with guard bytes on both sides; data() is 64-byte aligned
-// plus `offset`, so tests can also place rows at unaligned addresses.
-class Guarded {
- public:
-  static constexpr size_t kGuard = 64;
-  static constexpr uint8_t kFill = 0xa5;
-  explicit Guarded(size_t bytes, size_t offset = 0)
-      : bytes_(bytes), offset_(offset), buf_(bytes + 2 * kGuard + offset + 64, kFill) {
-    auto p = reinterpret_cast<uintptr_t>(buf_.data()) + kGuard;
-    start_ = static_cast<size_t>(((p + 63) & ~uintptr_t{63}) -
-                                 reinterpret_cast<uintptr_t>(buf_.data())) +
-             offset;
-  }
-  uint8_t* data() { return buf_.data() + start_; }
-  template <typename T>
-  T* as() {
-    return reinterpret_cast<T*>(data());
-  }
-  size_t size() const { return bytes_; }
-  // True when every byte outside [data(), data() + size()) is still kFill.
-  bool guards_intact() const {
-    for (size_t i = 0; i < buf_.size(); ++i) {
-      if ((i < start_ || i >= start_ + bytes_) && buf_[i] != kFill) return false;
-    }
-    return true;
-  }
-
- private:
-  size_t bytes_;
-  size_t offset_;
-  std::vector<uint8_t> buf_;
-  size_t start_ = 0;
-};
 
 enum class RowKind {
   kUniform,    // uniform in [c - r, c + r] per group, r and c random per group

@@ -13,7 +13,7 @@
 #include "quant/isa.h"
 #include "quant/quant.h"
 #include "quant/quant_ref.h"
-#include "quant_test_util.h"
+#include "quant/quant_test_util.h"
 
 namespace strata {
 namespace {

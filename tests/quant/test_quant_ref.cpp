@@ -12,7 +12,7 @@
 
 #include "quant/blocks.h"
 #include "quant/quant_ref.h"
-#include "quant_test_util.h"
+#include "quant/quant_test_util.h"
 
 namespace strata {
 namespace {

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/tokenizer.h"
-#include "tokenizer_test_util.h"
+#include "tokenizer/tokenizer_test_util.h"
 
 namespace strata::test {
 

@@ -6,9 +6,9 @@
 
 #include <filesystem>
 
-#include "golden_runner.h"
+#include "tokenizer/golden_runner.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer_test_util.h"
+#include "tokenizer/tokenizer_test_util.h"
 
 namespace strata {
 namespace {

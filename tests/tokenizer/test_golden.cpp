@@ -1,5 +1,5 @@
 // Golden ids from Hugging Face for the fixture tokenizers (cpu suite).
-#include "golden_runner.h"
+#include "tokenizer/golden_runner.h"
 
 namespace strata {
 namespace {

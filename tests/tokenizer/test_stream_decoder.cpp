@@ -4,7 +4,7 @@
 
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
-#include "tokenizer_test_util.h"
+#include "tokenizer/tokenizer_test_util.h"
 
 namespace strata {
 namespace {

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
-#include "tokenizer_test_util.h"
+#include "tokenizer/tokenizer_test_util.h"
 
 namespace strata {
 namespace {

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "tokenizer/tokenizer.h"
-#include "tokenizer_test_util.h"
+#include "tokenizer/tokenizer_test_util.h"
 
 namespace strata {
 namespace {

@@ -1,0 +1,441 @@
+// Paged attention against its double-precision reference on decode, prefill
+// and chunked-prefill batches, GQA/MQA/MHA, odd head dims and page sizes,
+// pages scattered through a pool; kv_append and page_key_minmax against
+// theirs bit for bit; bad batches rejected before anything is written.
+//
+// Attention bound (first order, u = 2^-24, e = kExpRelErr), per output
+// element: a score s_j = scale q.k_j is computed within E_j = (hd + 2) u scale
+// sum_d |q_d k_jd|; exp of a shifted score (argument within R = the range of
+// the scores) is within e + R u, and the online softmax applies at most B + 1
+// of them per key (B = blocks of kAttentionKeyBlock keys), plus one more where
+// the decode path merges the partial states of a sequence cut into key chunks
+// (at most B chunks); the sums over keys, blocks and chunks add
+// (n_keys + 4B + 4) u. With p_j the exact probabilities:
+//   |out_d - ref_d| <= (2 E_max + 2 (B + 2)(e + R u) + (n_keys + 4B + 6) u)
+//                      * sum_j p_j |v_jd|  + u |ref_d|.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/vec_math.h"
+#include "support/all_close.h"
+#include "support/guarded.h"
+#include "support/random.h"
+
+namespace strata::cpu {
+namespace {
+
+using test::GuardedRows;
+using test::kTiny;
+using test::kU32;
+
+int64_t elem_bytes(DType t) {
+  return t == DType::kF32 ? 4 : 2;
+}
+
+double stored(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case DType::kF32:
+      return static_cast<const float*>(p)[i];
+    case DType::kF16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
+}
+
+// Pages allocated one by one (so they are not contiguous), each with guard
+// bytes after it.
+struct Pool {
+  DType dtype;
+  int64_t page_size, n_kv_head, head_dim, n_pages;
+  std::vector<std::vector<char>> k_mem, v_mem;
+  std::vector<void*> k, v;
+
+  Pool(DType t, int64_t ps, int64_t nkv, int64_t hd, int64_t n)
+      : dtype(t), page_size(ps), n_kv_head(nkv), head_dim(hd), n_pages(n) {
+    const size_t bytes = static_cast<size_t>(ps * nkv * hd * elem_bytes(t));
+    for (int64_t i = 0; i < n; ++i) {
+      k_mem.emplace_back(bytes + 64, static_cast<char>(0x7b));
+      v_mem.emplace_back(bytes + 64, static_cast<char>(0x7b));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      k.push_back(k_mem[static_cast<size_t>(i)].data());
+      v.push_back(v_mem[static_cast<size_t>(i)].data());
+    }
+  }
+  KvPages view() const {
+    KvPages p;
+    p.k = const_cast<const void* const*>(k.data());
+    p.v = const_cast<const void* const*>(v.data());
+    p.n_pages = n_pages;
+    p.dtype = dtype;
+    p.page_size = page_size;
+    p.n_kv_head = n_kv_head;
+    p.head_dim = head_dim;
+    return p;
+  }
+  size_t row() const { return static_cast<size_t>(n_kv_head * head_dim); }
+};
+
+struct Batch {
+  std::vector<int32_t> q_indptr{0}, kv_len, page_indptr{0}, page_ids;
+  AttentionBatch view() const {
+    AttentionBatch b;
+    b.n_seq = static_cast<int64_t>(kv_len.size());
+    b.q_indptr = q_indptr.data();
+    b.kv_len = kv_len.data();
+    b.page_indptr = page_indptr.data();
+    b.page_ids = page_ids.data();
+    return b;
+  }
+  int64_t n_tokens() const { return q_indptr.back(); }
+};
+
+// Sequences (kv_len, n_new) on pages drawn at random from the pool; every key
+// and value of every sequence written with kv_append from random rows.
+Batch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> free_ids(static_cast<size_t>(pool.n_pages));
+  std::iota(free_ids.begin(), free_ids.end(), 0);
+  std::shuffle(free_ids.begin(), free_ids.end(), rng);
+  Batch b;
+  size_t next = 0;
+  for (auto [len, n_new] : seqs) {
+    const int32_t n_pg =
+        (len + static_cast<int32_t>(pool.page_size) - 1) / static_cast<int32_t>(pool.page_size);
+    for (int32_t i = 0; i < n_pg; ++i) b.page_ids.push_back(free_ids.at(next++));
+    b.page_indptr.push_back(static_cast<int32_t>(b.page_ids.size()));
+    b.kv_len.push_back(len);
+    b.q_indptr.push_back(b.q_indptr.back() + n_new);
+    // Write the sequence's keys and values.
+    const int64_t row = static_cast<int64_t>(pool.row());
+    auto kr = test::random_floats(static_cast<size_t>(len * row), -1.5f, 1.5f, seed++);
+    auto vr = test::random_floats(static_cast<size_t>(len * row), -1.0f, 1.0f, seed++);
+    std::vector<int64_t> slots;
+    for (int32_t j = 0; j < len; ++j) {
+      const int32_t page = b.page_ids[static_cast<size_t>(b.page_indptr[b.page_indptr.size() - 2] +
+                                                          j / pool.page_size)];
+      slots.push_back(page * pool.page_size + j % pool.page_size);
+    }
+    EXPECT_EQ(
+        kv_append(pool.k.data(), pool.v.data(), pool.n_pages, pool.dtype, pool.page_size,
+                  pool.n_kv_head, pool.head_dim, kr.data(), row, vr.data(), row, slots.data(), len),
+        Status::kOk);
+  }
+  return b;
+}
+
+// Tolerances of every output element (see the file comment).
+std::vector<double> attention_bound(const Pool& pool, const Batch& b, const std::vector<float>& q,
+                                    int64_t q_stride, int64_t n_head, float scale,
+                                    const std::vector<double>& ref) {
+  const int64_t hd = pool.head_dim;
+  const int64_t group = n_head / pool.n_kv_head;
+  std::vector<double> tol(ref.size());
+  for (size_t s = 0; s < b.kv_len.size(); ++s) {
+    const int32_t* ids = b.page_ids.data() + b.page_indptr[s];
+    const int64_t n_new = b.q_indptr[s + 1] - b.q_indptr[s];
+    auto at = [&](const std::vector<void*>& pages, int64_t j, int64_t g, int64_t d) {
+      const void* page = pages[static_cast<size_t>(ids[j / pool.page_size])];
+      return stored(pool.dtype, page, (j % pool.page_size * pool.n_kv_head + g) * hd + d);
+    };
+    for (int64_t i = 0; i < n_new; ++i) {
+      const int64_t tok = b.q_indptr[s] + i;
+      const int64_t p = b.kv_len[s] - n_new + i;
+      const int64_t n_keys = p + 1;
+      const int64_t blocks = (n_keys + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
+      for (int64_t h = 0; h < n_head; ++h) {
+        const int64_t g = h / group;
+        const float* qr = q.data() + tok * q_stride + h * hd;
+        std::vector<double> sc(static_cast<size_t>(n_keys));
+        double e_max = 0, mx = -INFINITY, mn = INFINITY;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          double dot = 0, dot_abs = 0;
+          for (int64_t d = 0; d < hd; ++d) {
+            dot += qr[d] * at(pool.k, j, g, d);
+            dot_abs += std::fabs(qr[d] * at(pool.k, j, g, d));
+          }
+          sc[j] = dot * scale;
+          e_max = std::max(e_max, (hd + 2) * kU32 * scale * dot_abs);
+          mx = std::max(mx, sc[j]);
+          mn = std::min(mn, sc[j]);
+        }
+        double l = 0;
+        for (auto& v : sc) l += (v = std::exp(v - mx));
+        const double range = mx - mn + e_max;
+        const double rel = 2 * e_max + 2 * (blocks + 2) * (kExpRelErr + range * kU32) +
+                           (n_keys + 4 * blocks + 6) * kU32;
+        for (int64_t d = 0; d < hd; ++d) {
+          double pv = 0;
+          for (int64_t j = 0; j < n_keys; ++j) pv += sc[j] / l * std::fabs(at(pool.v, j, g, d));
+          const size_t e = static_cast<size_t>((tok * n_head + h) * hd + d);
+          tol[e] = rel * pv + kU32 * std::fabs(ref[e]) + kTiny;
+        }
+      }
+    }
+  }
+  return tol;
+}
+
+struct AttnCase {
+  const char* name;
+  DType dtype;
+  int64_t page_size, n_kv_head, group, head_dim;
+  std::vector<std::pair<int32_t, int32_t>> seqs;  // (kv_len, n_new)
+};
+
+void run_attention(const AttnCase& c, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << c.name << " " << dtype_name(c.dtype));
+  int64_t pages_needed = 0;
+  for (auto [len, n_new] : c.seqs) pages_needed += (len + c.page_size - 1) / c.page_size;
+  Pool pool(c.dtype, c.page_size, c.n_kv_head, c.head_dim, pages_needed + 5);
+  const Batch b = make_batch(pool, c.seqs, seed);
+  const int64_t n_head = c.n_kv_head * c.group;
+  const int64_t row = n_head * c.head_dim;
+  const int64_t n_tok = b.n_tokens();
+  const int64_t q_stride = row + 3;
+  std::vector<float> q(static_cast<size_t>(n_tok * q_stride), NAN);  // NaN in the gaps: never read
+  const auto qv = test::random_floats(static_cast<size_t>(n_tok * row), -2.0f, 2.0f, seed + 99);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    std::copy_n(qv.begin() + t * row, row, q.begin() + t * q_stride);
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  GuardedRows out(n_tok, row, row + 2);
+  std::vector<float> ref_out(static_cast<size_t>(n_tok * row));
+  ASSERT_EQ(paged_attention(out.data(), out.stride(), q.data(), q_stride, n_head, pool.view(),
+                            b.view(), scale),
+            Status::kOk);
+  ASSERT_EQ(paged_attention_ref(ref_out.data(), row, q.data(), q_stride, n_head, pool.view(),
+                                b.view(), scale),
+            Status::kOk);
+  EXPECT_TRUE(out.canaries_intact());
+  const auto ref = test::to_double(ref_out);
+  const auto tol = attention_bound(pool, b, q, q_stride, n_head, scale, ref);
+  EXPECT_TRUE(test::all_close(
+      out.rows(), ref, [&](size_t i) { return tol[i]; }, "attention"));
+}
+
+// Parameters: kv dtype, and whether the AVX-512 kernel may run (false: the
+// portable one, whatever the CPU).
+class AttentionTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {
+ protected:
+  void SetUp() override { saved_ = restrict_cpu_features({std::get<1>(GetParam()), true, true}); }
+  void TearDown() override { restrict_cpu_features(saved_); }
+  CpuFeatures saved_;
+};
+
+TEST_P(AttentionTest, MatchesReference) {
+  const DType t = std::get<0>(GetParam());
+  const std::vector<AttnCase> cases = {
+      {"decode", t, 16, 3, 3, 64, {{1, 1}, {2, 1}, {17, 1}, {64, 1}, {150, 1}}},
+      {"prefill", t, 16, 3, 3, 64, {{33, 33}, {100, 100}}},
+      {"chunked prefill", t, 7, 2, 4, 80, {{70, 20}, {5, 5}, {40, 1}, {129, 65}}},
+      {"mha odd head dim", t, 1, 4, 1, 7, {{3, 3}, {10, 2}}},
+      {"gqa 8", t, 16, 4, 8, 128, {{45, 45}, {20, 1}}},
+      {"mqa 40 heads", t, 5, 1, 40, 17, {{12, 4}, {3, 1}}},
+      {"no queries", t, 16, 1, 2, 16, {{8, 0}, {9, 1}}},
+      // Decode batches (one new token each) take the decode path: head dims
+      // 64 and 128 (unrolled) and others, groups of 1 to 40 query heads, kv
+      // heads split over several head ranges, long sequences cut into key
+      // chunks and merged, pages not a multiple of 16 keys.
+      {"decode hd128 gqa4", t, 16, 2, 4, 128, {{300, 1}, {7, 1}, {33, 1}}},
+      {"decode hd128 gqa2", t, 16, 4, 2, 128, {{90, 1}, {16, 1}}},
+      {"decode mha 40 kv heads", t, 16, 40, 1, 8, {{20, 1}, {45, 1}}},
+      {"decode group 40", t, 5, 2, 40, 24, {{71, 1}, {2, 1}}},
+      {"decode long (key chunks)", t, 16, 3, 3, 64, {{5000, 1}, {2100, 1}, {40, 1}}},
+      {"decode page 7", t, 7, 3, 5, 48, {{100, 1}, {1, 1}, {29, 1}}},
+  };
+  uint32_t seed = 1000;
+  for (const auto& c : cases) run_attention(c, seed += 17);
+}
+
+INSTANTIATE_TEST_SUITE_P(KvDtype, AttentionTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF16,
+                                                              DType::kBF16),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(dtype_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_native" : "_portable");
+                         });
+
+TEST(Attention, NonFiniteStaysWhereTheReferencePutsIt) {
+  Pool pool(DType::kF32, 4, 1, 8, 8);
+  const Batch b = make_batch(pool, {{6, 2}, {5, 1}}, 3);
+  // A NaN in one value of key 2 of sequence 0, and in one query of sequence 1.
+  static_cast<float*>(pool.v[static_cast<size_t>(b.page_ids[0])])[2 * 8 + 5] = NAN;
+  std::vector<float> q = test::random_floats(3 * 2 * 8, -1, 1, 4);
+  q[2 * 16 + 8 + 3] = NAN;
+  std::vector<float> out(q.size()), ref(q.size());
+  ASSERT_EQ(paged_attention(out.data(), 16, q.data(), 16, 2, pool.view(), b.view(), 0.35f),
+            Status::kOk);
+  ASSERT_EQ(paged_attention_ref(ref.data(), 16, q.data(), 16, 2, pool.view(), b.view(), 0.35f),
+            Status::kOk);
+  int n_nan = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(std::isnan(out[i]), std::isnan(ref[i])) << i;
+    n_nan += std::isnan(ref[i]);
+  }
+  EXPECT_EQ(n_nan, 2 * 2 + 8);  // dim 5 of both heads of both queries of seq 0; head 1 of seq 1
+}
+
+TEST(Attention, NonFiniteStaysWhereTheReferencePutsItInDecode) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Pool pool(t, 16, 1, 8, 12);
+    // Sequence 0 long enough to be cut into key chunks.
+    const Batch b = make_batch(pool, {{150, 1}, {5, 1}}, 3);
+    // A NaN in one value of key 2 of sequence 0, and in one query of sequence 1.
+    const size_t e = 2 * 8 + 5;
+    if (t == DType::kF32) {
+      static_cast<float*>(pool.v[static_cast<size_t>(b.page_ids[0])])[e] = NAN;
+    } else {
+      static_cast<uint16_t*>(pool.v[static_cast<size_t>(b.page_ids[0])])[e] =
+          t == DType::kF16 ? 0x7e00 : 0x7fc0;  // a quiet NaN
+    }
+    std::vector<float> q = test::random_floats(2 * 2 * 8, -1, 1, 4);
+    q[16 + 8 + 3] = NAN;
+    std::vector<float> out(q.size()), ref(q.size());
+    ASSERT_EQ(paged_attention(out.data(), 16, q.data(), 16, 2, pool.view(), b.view(), 0.35f),
+              Status::kOk);
+    ASSERT_EQ(paged_attention_ref(ref.data(), 16, q.data(), 16, 2, pool.view(), b.view(), 0.35f),
+              Status::kOk);
+    int n_nan = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(std::isnan(out[i]), std::isnan(ref[i])) << i;
+      n_nan += std::isnan(ref[i]);
+    }
+    EXPECT_EQ(n_nan, 2 + 8);  // dim 5 of both heads of seq 0; head 1 of seq 1
+  }
+}
+
+TEST(Attention, RejectsBadBatchesAndWritesNothing) {
+  Pool pool(DType::kBF16, 4, 2, 8, 6);
+  Batch good = make_batch(pool, {{6, 2}, {3, 3}}, 5);
+  std::vector<float> q(5 * 4 * 8, 0.5f);
+  auto expect = [&](Batch b, int64_t n_head, Status want, const char* what) {
+    GuardedRows out(5, 32, 32);
+    EXPECT_EQ(paged_attention(out.data(), 32, q.data(), 32, n_head, pool.view(), b.view(), 1.0f),
+              want)
+        << what;
+    if (want != Status::kOk) {
+      GuardedRows fresh(5, 32, 32);
+      EXPECT_EQ(std::memcmp(out.data(), fresh.data(), 5 * 32 * 4), 0) << what << ": output written";
+    }
+  };
+  expect(good, 4, Status::kOk, "good");
+  Batch b = good;
+  b.kv_len[0] = 1;  // fewer keys than new tokens
+  expect(b, 4, Status::kInvalidArgument, "kv_len < n_new");
+  b = good;
+  b.kv_len[1] = 5;  // needs 2 pages, has 1
+  expect(b, 4, Status::kInvalidArgument, "too few pages");
+  b = good;
+  b.page_ids[1] = 6;  // outside the pool
+  expect(b, 4, Status::kInvalidArgument, "page id");
+  b = good;
+  b.page_ids[0] = -1;
+  expect(b, 4, Status::kInvalidArgument, "negative page id");
+  b = good;
+  b.q_indptr[1] = 3;
+  b.q_indptr[2] = 2;  // decreasing
+  expect(b, 4, Status::kInvalidArgument, "q_indptr");
+  expect(good, 3, Status::kInvalidArgument, "heads not a multiple of kv heads");
+  Pool big(DType::kF32, 4, 1, kMaxHeadDim + 1, 2);
+  Batch bb = make_batch(big, {{2, 1}}, 6);
+  std::vector<float> o(kMaxHeadDim + 1), qq(kMaxHeadDim + 1);
+  EXPECT_EQ(paged_attention(o.data(), kMaxHeadDim + 1, qq.data(), kMaxHeadDim + 1, 1, big.view(),
+                            bb.view(), 1.0f),
+            Status::kUnsupported);
+}
+
+TEST(KvAppend, MatchesReferenceBitForBitAndTouchesOnlyItsSlots) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Pool a(t, 5, 3, 24, 7), r(t, 5, 3, 24, 7);
+    const int64_t row = 3 * 24;
+    const std::vector<int64_t> slots = {0, 4, 5, 17, 34, 12, 30};
+    auto k = test::random_floats(slots.size() * (row + 2), -3, 3, 1);
+    auto v = test::random_floats(slots.size() * (row + 2), -3, 3, 2);
+    k[5] = NAN;
+    v[7] = -INFINITY;
+    v[9] = 1e-41f;     // subnormal in f32
+    v[10] = 70000.0f;  // overflows f16
+    ASSERT_EQ(kv_append(a.k.data(), a.v.data(), 7, t, 5, 3, 24, k.data(), row + 2, v.data(),
+                        row + 2, slots.data(), static_cast<int64_t>(slots.size())),
+              Status::kOk);
+    ASSERT_EQ(kv_append_ref(r.k.data(), r.v.data(), 7, t, 5, 3, 24, k.data(), row + 2, v.data(),
+                            row + 2, slots.data(), static_cast<int64_t>(slots.size())),
+              Status::kOk);
+    for (size_t p = 0; p < 7; ++p) {
+      EXPECT_EQ(a.k_mem[p], r.k_mem[p]) << "K page " << p;
+      EXPECT_EQ(a.v_mem[p], r.v_mem[p]) << "V page " << p;
+    }
+    const std::vector<int64_t> bad = {3, 35};  // 35 / 5 = page 7: outside
+    const auto before = a.k_mem;
+    EXPECT_EQ(kv_append(a.k.data(), a.v.data(), 7, t, 5, 3, 24, k.data(), row, v.data(), row,
+                        bad.data(), 2),
+              Status::kInvalidArgument);
+    EXPECT_EQ(a.k_mem, before);
+  }
+}
+
+TEST(PageKeyMinMax, MatchesReferenceExactly) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t ps = 6, nkv = 2, hd = 19, n_pages = 9, row = nkv * hd;
+    Pool pool(t, ps, nkv, hd, n_pages);
+    std::vector<int64_t> slots;
+    for (int64_t i = 0; i < n_pages * ps; ++i) slots.push_back(i);
+    auto kv = test::random_floats(static_cast<size_t>(n_pages * ps * row), -4, 4, 11);
+    kv[static_cast<size_t>((3 * ps + 1) * row + 5)] = NAN;  // page 3, token 1
+    kv[static_cast<size_t>((5 * ps + 4) * row + 2)] = NAN;  // page 5, token 4: beyond its fill
+    ASSERT_EQ(kv_append(pool.k.data(), pool.v.data(), n_pages, t, ps, nkv, hd, kv.data(), row,
+                        kv.data(), row, slots.data(), n_pages * ps),
+              Status::kOk);
+    const std::vector<int32_t> ids = {3, 0, 8, 5, 2};
+    const std::vector<int32_t> filled = {6, 1, 3, 4, 6};
+    const float canary = -12345.0f;
+    std::vector<float> mn(static_cast<size_t>(n_pages * row), canary), mx = mn, mn_ref = mn,
+                                                                       mx_ref = mn;
+    std::vector<const void*> kp(pool.k.begin(), pool.k.end());
+    ASSERT_EQ(page_key_minmax(mn.data(), mx.data(), kp.data(), n_pages, t, ps, nkv, hd, ids.data(),
+                              filled.data(), 5),
+              Status::kOk);
+    ASSERT_EQ(page_key_minmax_ref(mn_ref.data(), mx_ref.data(), kp.data(), n_pages, t, ps, nkv, hd,
+                                  ids.data(), filled.data(), 5),
+              Status::kOk);
+    for (size_t i = 0; i < mn.size(); ++i) {
+      const bool listed =
+          std::find(ids.begin(), ids.end(), static_cast<int32_t>(i / row)) != ids.end();
+      if (!listed) {
+        EXPECT_EQ(mn[i], canary) << i;
+        EXPECT_EQ(mx[i], canary) << i;
+        continue;
+      }
+      EXPECT_EQ(std::isnan(mn[i]), std::isnan(mn_ref[i])) << i;
+      if (!std::isnan(mn_ref[i])) {
+        EXPECT_EQ(mn[i], mn_ref[i]) << i;
+        EXPECT_EQ(mx[i], mx_ref[i]) << i;
+        EXPECT_LE(mn[i], mx[i]) << i;
+      }
+    }
+    EXPECT_TRUE(std::isnan(mn[static_cast<size_t>(3 * row + 5)]));
+    EXPECT_FALSE(std::isnan(mn[static_cast<size_t>(5 * row + 2)]));  // NaN key not yet filled
+    const std::vector<int32_t> bad_fill = {7};
+    EXPECT_EQ(page_key_minmax(mn.data(), mx.data(), kp.data(), n_pages, t, ps, nkv, hd, ids.data(),
+                              bad_fill.data(), 1),
+              Status::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace strata::cpu

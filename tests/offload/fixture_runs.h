@@ -1,0 +1,166 @@
+// Helpers of the engine tests that run the fixture models (tests/data/golden)
+// through engines of different placements and devices and compare the runs:
+// the fixtures and their eight prompts, greedy generation of every prompt
+// with the logits of every step, bytes per link, and the bound for f32
+// logits computed in another summation order.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "offload/engine_goldens.h"
+#include "generate/engine.h"
+#include "model/model.h"
+
+namespace strata::fixture_runs {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag) {
+    path = fs::temp_directory_path() /
+           ("strata-engine-" + tag + "-" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path, ec);
+  }
+};
+
+struct Fixture {
+  std::string name;
+  std::unique_ptr<Model> model;
+  std::vector<std::vector<int32_t>> prompts;  // 8 prompts of 1..25 tokens
+};
+
+inline Fixture load(const std::string& name) {
+  Fixture f;
+  f.name = name;
+  const auto golden = test::load_json(std::string(STRATA_TEST_DATA) + "/golden/" + name + ".json");
+  f.model = Model::open(std::string(STRATA_TEST_DATA) + "/" + golden["model"].get<std::string>());
+  std::vector<std::vector<int32_t>> g;
+  for (const auto& p : golden["prompts"]) g.push_back(p["ids"].get<std::vector<int32_t>>());
+  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  auto head = [](const std::vector<int32_t>& a, size_t n) {
+    return std::vector<int32_t>(a.begin(), a.begin() + static_cast<long>(std::min(n, a.size())));
+  };
+  f.prompts = {g[0], g[1], g[2], head(g[0], 3), cat(g[1], g[2]), head(g[2], 9), head(g[1], 1),
+               cat(g[0], g[1])};
+  return f;
+}
+
+// An engine for the fixture runs: f32 compute and KV, micro-batches of g
+// sequences, k per block, pages of 4 tokens (short prompts span several,
+// full and partial), 2 threads, the offload directory under `dir`; the
+// placement is EngineOptions' default (everything where the device
+// computes: in RAM, on the CPU).
+inline EngineOptions fixture_options(const Fixture& f, int64_t g, int64_t k,
+                                     const fs::path& dir) {
+  EngineOptions o;
+  o.compute_dtype = DType::kF32;
+  o.kv_dtype = DType::kF32;
+  o.gpu_batch_size = g;
+  o.num_gpu_batches = k;
+  o.page_size = 4;
+  o.threads = 2;
+  o.kv_budget_bytes = uint64_t{64} << 20;
+  o.offload_dir = (dir / f.name).string();
+  return o;
+}
+
+constexpr int32_t kNewTokens = 9;
+
+struct GenRun {
+  std::vector<std::vector<int32_t>> tokens;              // [seq][step]
+  std::vector<std::vector<std::vector<float>>> logits;  // [seq][step][vocab]
+  EngineStats stats;
+};
+
+// Greedy generation of every prompt in blocks of the engine's size.
+inline GenRun generate(Engine& e, const std::vector<std::vector<int32_t>>& prompts) {
+  const int64_t V = e.config().n_vocab;
+  GenRun r;
+  r.tokens.resize(prompts.size());
+  r.logits.resize(prompts.size());
+  for (size_t b0 = 0; b0 < prompts.size(); b0 += static_cast<size_t>(e.block_size())) {
+    const size_t n = std::min(prompts.size() - b0, static_cast<size_t>(e.block_size()));
+    std::vector<SeqInput> in(n);
+    for (size_t i = 0; i < n; ++i) in[i] = {prompts[b0 + i], kNewTokens};
+    e.run_block(in, [&](int, std::span<const int32_t> active, const float* logits,
+                        std::span<SeqAction> out) {
+      for (size_t a = 0; a < active.size(); ++a) {
+        const float* row = logits + static_cast<int64_t>(a) * V;
+        const size_t s = b0 + static_cast<size_t>(active[a]);
+        r.logits[s].emplace_back(row, row + V);
+        r.tokens[s].push_back(test::argmax(row, V));
+        out[a].next_token = r.tokens[s].back();
+      }
+    });
+  }
+  r.stats = e.stats();
+  return r;
+}
+
+inline uint64_t link_bytes(const EngineStats& s, const std::string& name) {
+  auto it = s.links.find(name);
+  return it == s.links.end() ? 0 : it->second.bytes;
+}
+
+// The bound for logits computed with other micro-batch sizes, f32 compute:
+// only the matrix products see the batch (their row count), and a product
+// of another height may sum each dot product in another order. A sum of k
+// terms rounded in f32 (u = 2^-24) in any order carries an error of at most
+// (k - 1) u sum|x_i w_i|, and with rounding errors of independent signs a
+// typical one of u sqrt(k/2)-ish times the output scale; two orders differ
+// by up to twice that. Each of the S = 4 n_layer + 1 matrix stages a logit
+// depends on adds such a relative error of its output scale, with unit gain
+// along the residual stream, so the logits differ by about
+// 2 u sqrt(k_max / 2) sqrt(S) of their scale; the largest of the ~1e4
+// compared values stays within 4.5 standard deviations, and the scale is
+// bounded by max|logit|; plus u max|logit| for the final rounding.
+inline double micro_batch_bound(const ModelConfig& c, double max_abs_logit) {
+  const double u = std::ldexp(1.0, -24);
+  const double k_max = static_cast<double>(std::max({c.n_embd, c.n_ff, c.n_head * c.head_dim}));
+  const double stages = 4.0 * static_cast<double>(c.n_layer) + 1.0;
+  return (4.5 * 2 * u * std::sqrt(k_max / 2) * std::sqrt(stages) + u) * max_abs_logit;
+}
+
+// Every step's logits of `got` bit for bit those of `ref` (tokens first).
+inline void expect_same_bits(const GenRun& ref, const GenRun& got, const std::string& what) {
+  ASSERT_EQ(got.tokens, ref.tokens) << what;
+  for (size_t q = 0; q < ref.logits.size(); ++q) {
+    ASSERT_EQ(got.logits[q].size(), ref.logits[q].size()) << what;
+    for (size_t i = 0; i < ref.logits[q].size(); ++i) {
+      ASSERT_EQ(std::memcmp(got.logits[q][i].data(), ref.logits[q][i].data(),
+                            ref.logits[q][i].size() * sizeof(float)),
+                0)
+          << what << ": logits of sequence " << q << " step " << i << " are not bit-identical";
+    }
+  }
+}
+
+// The test name of a fixture parameter ("llama-gguf" -> "llama_gguf").
+inline std::string fixture_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  for (char& c : n) c = c == '-' ? '_' : c;
+  return n;
+}
+
+}  // namespace strata::fixture_runs
