@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/vec_math.h"
 #include "support/all_close.h"
+#include "support/op_bounds.h"
 #include "support/guarded.h"
 #include "support/random.h"
 
@@ -193,27 +194,6 @@ TEST(Swiglu, MatchesReference) {
 // error d_j = e + |x_j - m| u (exp and the rounding of its argument); the f32
 // sum of d terms (any order) adds (d + 1) u; the sum's error relative to
 // itself is at most sum_j y_j d_j + (d + 1) u; y_i then has d_i + that + 2 u.
-std::vector<double> softmax_bound(const std::vector<float>& x, const std::vector<double>& ref,
-                                  int64_t rows, int64_t d) {
-  std::vector<double> tol(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    double m = -INFINITY;
-    for (int64_t i = 0; i < d; ++i) m = std::max(m, static_cast<double>(x[r * d + i]));
-    // Entries with ref == 0 (exp(-inf), or below f32's range) contribute nothing.
-    double sum_err = (d + 1) * kU32;
-    for (int64_t i = 0; i < d; ++i) {
-      const double dj = kExpRelErr + std::fabs(x[r * d + i] - m) * kU32;
-      if (ref[r * d + i] > 0) sum_err += ref[r * d + i] * dj;
-    }
-    for (int64_t i = 0; i < d; ++i) {
-      const double di = kExpRelErr + std::fabs(x[r * d + i] - m) * kU32;
-      tol[r * d + i] =
-          ref[r * d + i] > 0 ? (di + sum_err + 3 * kU32) * ref[r * d + i] + kTiny : kTiny;
-    }
-  }
-  return tol;
-}
-
 TEST(Softmax, MatchesReference) {
   uint32_t seed = 50;
   for (auto [rows, d, lo, hi] :
@@ -236,7 +216,7 @@ TEST(Softmax, MatchesReference) {
     ASSERT_EQ(softmax_ref(y_ref.data(), d, x.data(), x.stride(), rows, d), Status::kOk);
     EXPECT_TRUE(y.canaries_intact());
     const auto ref = test::to_double(y_ref);
-    const auto tol = softmax_bound(xv, ref, rows, d);
+    const auto tol = test::softmax_bound(xv, ref, rows, d, kExpRelErr);
     EXPECT_TRUE(test::all_close(
         y.rows(), ref, [&](size_t i) { return tol[i]; }, "softmax"));
   }

@@ -28,6 +28,7 @@
 #include "kernels/cpu/vec_math.h"
 #include "support/all_close.h"
 #include "support/guarded.h"
+#include "support/paged_batch.h"
 #include "support/random.h"
 
 namespace strata::cpu {
@@ -37,20 +38,11 @@ using test::GuardedRows;
 using test::kTiny;
 using test::kU32;
 
-int64_t elem_bytes(DType t) {
-  return t == DType::kF32 ? 4 : 2;
-}
-
-double stored(DType t, const void* p, int64_t i) {
-  switch (t) {
-    case DType::kF32:
-      return static_cast<const float*>(p)[i];
-    case DType::kF16:
-      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default:
-      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  }
-}
+using test::AttnCase;
+using test::kAttentionCases;
+using test::PagedBatch;
+const auto elem_bytes = test::kv_elem_bytes;
+const auto stored = test::kv_stored;
 
 // Pages allocated one by one (so they are not contiguous), each with guard
 // bytes after it.
@@ -86,46 +78,16 @@ struct Pool {
   size_t row() const { return static_cast<size_t>(n_kv_head * head_dim); }
 };
 
-struct Batch {
-  std::vector<int32_t> q_indptr{0}, kv_len, page_indptr{0}, page_ids;
-  AttentionBatch view() const {
-    AttentionBatch b;
-    b.n_seq = static_cast<int64_t>(kv_len.size());
-    b.q_indptr = q_indptr.data();
-    b.kv_len = kv_len.data();
-    b.page_indptr = page_indptr.data();
-    b.page_ids = page_ids.data();
-    return b;
-  }
-  int64_t n_tokens() const { return q_indptr.back(); }
-};
-
 // Sequences (kv_len, n_new) on pages drawn at random from the pool; every key
 // and value of every sequence written with kv_append from random rows.
-Batch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> free_ids(static_cast<size_t>(pool.n_pages));
-  std::iota(free_ids.begin(), free_ids.end(), 0);
-  std::shuffle(free_ids.begin(), free_ids.end(), rng);
-  Batch b;
-  size_t next = 0;
-  for (auto [len, n_new] : seqs) {
-    const int32_t n_pg =
-        (len + static_cast<int32_t>(pool.page_size) - 1) / static_cast<int32_t>(pool.page_size);
-    for (int32_t i = 0; i < n_pg; ++i) b.page_ids.push_back(free_ids.at(next++));
-    b.page_indptr.push_back(static_cast<int32_t>(b.page_ids.size()));
-    b.kv_len.push_back(len);
-    b.q_indptr.push_back(b.q_indptr.back() + n_new);
-    // Write the sequence's keys and values.
-    const int64_t row = static_cast<int64_t>(pool.row());
+PagedBatch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>& seqs,
+                      uint32_t seed) {
+  PagedBatch b = test::layout_paged_batch(seqs, pool.page_size, pool.n_pages, seed);
+  const int64_t row = static_cast<int64_t>(pool.row());
+  for (const std::vector<int64_t>& slots : b.slots) {
+    const int64_t len = static_cast<int64_t>(slots.size());
     auto kr = test::random_floats(static_cast<size_t>(len * row), -1.5f, 1.5f, seed++);
     auto vr = test::random_floats(static_cast<size_t>(len * row), -1.0f, 1.0f, seed++);
-    std::vector<int64_t> slots;
-    for (int32_t j = 0; j < len; ++j) {
-      const int32_t page = b.page_ids[static_cast<size_t>(b.page_indptr[b.page_indptr.size() - 2] +
-                                                          j / pool.page_size)];
-      slots.push_back(page * pool.page_size + j % pool.page_size);
-    }
     EXPECT_EQ(
         kv_append(pool.k.data(), pool.v.data(), pool.n_pages, pool.dtype, pool.page_size,
                   pool.n_kv_head, pool.head_dim, kr.data(), row, vr.data(), row, slots.data(), len),
@@ -135,7 +97,7 @@ Batch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>& seq
 }
 
 // Tolerances of every output element (see the file comment).
-std::vector<double> attention_bound(const Pool& pool, const Batch& b, const std::vector<float>& q,
+std::vector<double> attention_bound(const Pool& pool, const PagedBatch& b, const std::vector<float>& q,
                                     int64_t q_stride, int64_t n_head, float scale,
                                     const std::vector<double>& ref) {
   const int64_t hd = pool.head_dim;
@@ -186,19 +148,12 @@ std::vector<double> attention_bound(const Pool& pool, const Batch& b, const std:
   return tol;
 }
 
-struct AttnCase {
-  const char* name;
-  DType dtype;
-  int64_t page_size, n_kv_head, group, head_dim;
-  std::vector<std::pair<int32_t, int32_t>> seqs;  // (kv_len, n_new)
-};
-
-void run_attention(const AttnCase& c, uint32_t seed) {
-  SCOPED_TRACE(::testing::Message() << c.name << " " << dtype_name(c.dtype));
+void run_attention(DType dtype, const AttnCase& c, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << c.name << " " << dtype_name(dtype));
   int64_t pages_needed = 0;
   for (auto [len, n_new] : c.seqs) pages_needed += (len + c.page_size - 1) / c.page_size;
-  Pool pool(c.dtype, c.page_size, c.n_kv_head, c.head_dim, pages_needed + 5);
-  const Batch b = make_batch(pool, c.seqs, seed);
+  Pool pool(dtype, c.page_size, c.n_kv_head, c.head_dim, pages_needed + 5);
+  const PagedBatch b = make_batch(pool, c.seqs, seed);
   const int64_t n_head = c.n_kv_head * c.group;
   const int64_t row = n_head * c.head_dim;
   const int64_t n_tok = b.n_tokens();
@@ -212,10 +167,10 @@ void run_attention(const AttnCase& c, uint32_t seed) {
   GuardedRows out(n_tok, row, row + 2);
   std::vector<float> ref_out(static_cast<size_t>(n_tok * row));
   ASSERT_EQ(paged_attention(out.data(), out.stride(), q.data(), q_stride, n_head, pool.view(),
-                            b.view(), scale),
+                            b.view<AttentionBatch>(), scale),
             Status::kOk);
   ASSERT_EQ(paged_attention_ref(ref_out.data(), row, q.data(), q_stride, n_head, pool.view(),
-                                b.view(), scale),
+                                b.view<AttentionBatch>(), scale),
             Status::kOk);
   EXPECT_TRUE(out.canaries_intact());
   const auto ref = test::to_double(ref_out);
@@ -235,27 +190,25 @@ class AttentionTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {
 
 TEST_P(AttentionTest, MatchesReference) {
   const DType t = std::get<0>(GetParam());
-  const std::vector<AttnCase> cases = {
-      {"decode", t, 16, 3, 3, 64, {{1, 1}, {2, 1}, {17, 1}, {64, 1}, {150, 1}}},
-      {"prefill", t, 16, 3, 3, 64, {{33, 33}, {100, 100}}},
-      {"chunked prefill", t, 7, 2, 4, 80, {{70, 20}, {5, 5}, {40, 1}, {129, 65}}},
-      {"mha odd head dim", t, 1, 4, 1, 7, {{3, 3}, {10, 2}}},
-      {"gqa 8", t, 16, 4, 8, 128, {{45, 45}, {20, 1}}},
-      {"mqa 40 heads", t, 5, 1, 40, 17, {{12, 4}, {3, 1}}},
-      {"no queries", t, 16, 1, 2, 16, {{8, 0}, {9, 1}}},
+  std::vector<AttnCase> cases = kAttentionCases;
+  const std::vector<AttnCase> more = {
+      {"mha odd head dim", 1, 4, 1, 7, {{3, 3}, {10, 2}}},
+      {"mqa 40 heads", 5, 1, 40, 17, {{12, 4}, {3, 1}}},
+      {"no queries, head dim 16", 16, 1, 2, 16, {{8, 0}, {9, 1}}},
       // Decode batches (one new token each) take the decode path: head dims
       // 64 and 128 (unrolled) and others, groups of 1 to 40 query heads, kv
       // heads split over several head ranges, long sequences cut into key
       // chunks and merged, pages not a multiple of 16 keys.
-      {"decode hd128 gqa4", t, 16, 2, 4, 128, {{300, 1}, {7, 1}, {33, 1}}},
-      {"decode hd128 gqa2", t, 16, 4, 2, 128, {{90, 1}, {16, 1}}},
-      {"decode mha 40 kv heads", t, 16, 40, 1, 8, {{20, 1}, {45, 1}}},
-      {"decode group 40", t, 5, 2, 40, 24, {{71, 1}, {2, 1}}},
-      {"decode long (key chunks)", t, 16, 3, 3, 64, {{5000, 1}, {2100, 1}, {40, 1}}},
-      {"decode page 7", t, 7, 3, 5, 48, {{100, 1}, {1, 1}, {29, 1}}},
+      {"decode hd128 gqa4", 16, 2, 4, 128, {{300, 1}, {7, 1}, {33, 1}}},
+      {"decode hd128 gqa2", 16, 4, 2, 128, {{90, 1}, {16, 1}}},
+      {"decode mha 40 kv heads", 16, 40, 1, 8, {{20, 1}, {45, 1}}},
+      {"decode group 40", 5, 2, 40, 24, {{71, 1}, {2, 1}}},
+      {"decode long (key chunks)", 16, 3, 3, 64, {{5000, 1}, {2100, 1}, {40, 1}}},
+      {"decode page 7", 7, 3, 5, 48, {{100, 1}, {1, 1}, {29, 1}}},
   };
+  cases.insert(cases.end(), more.begin(), more.end());
   uint32_t seed = 1000;
-  for (const auto& c : cases) run_attention(c, seed += 17);
+  for (const auto& c : cases) run_attention(t, c, seed += 17);
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDtype, AttentionTest,
@@ -269,15 +222,15 @@ INSTANTIATE_TEST_SUITE_P(KvDtype, AttentionTest,
 
 TEST(Attention, NonFiniteStaysWhereTheReferencePutsIt) {
   Pool pool(DType::kF32, 4, 1, 8, 8);
-  const Batch b = make_batch(pool, {{6, 2}, {5, 1}}, 3);
+  const PagedBatch b = make_batch(pool, {{6, 2}, {5, 1}}, 3);
   // A NaN in one value of key 2 of sequence 0, and in one query of sequence 1.
   static_cast<float*>(pool.v[static_cast<size_t>(b.page_ids[0])])[2 * 8 + 5] = NAN;
   std::vector<float> q = test::random_floats(3 * 2 * 8, -1, 1, 4);
   q[2 * 16 + 8 + 3] = NAN;
   std::vector<float> out(q.size()), ref(q.size());
-  ASSERT_EQ(paged_attention(out.data(), 16, q.data(), 16, 2, pool.view(), b.view(), 0.35f),
+  ASSERT_EQ(paged_attention(out.data(), 16, q.data(), 16, 2, pool.view(), b.view<AttentionBatch>(), 0.35f),
             Status::kOk);
-  ASSERT_EQ(paged_attention_ref(ref.data(), 16, q.data(), 16, 2, pool.view(), b.view(), 0.35f),
+  ASSERT_EQ(paged_attention_ref(ref.data(), 16, q.data(), 16, 2, pool.view(), b.view<AttentionBatch>(), 0.35f),
             Status::kOk);
   int n_nan = 0;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -292,7 +245,7 @@ TEST(Attention, NonFiniteStaysWhereTheReferencePutsItInDecode) {
     SCOPED_TRACE(dtype_name(t));
     Pool pool(t, 16, 1, 8, 12);
     // Sequence 0 long enough to be cut into key chunks.
-    const Batch b = make_batch(pool, {{150, 1}, {5, 1}}, 3);
+    const PagedBatch b = make_batch(pool, {{150, 1}, {5, 1}}, 3);
     // A NaN in one value of key 2 of sequence 0, and in one query of sequence 1.
     const size_t e = 2 * 8 + 5;
     if (t == DType::kF32) {
@@ -304,9 +257,9 @@ TEST(Attention, NonFiniteStaysWhereTheReferencePutsItInDecode) {
     std::vector<float> q = test::random_floats(2 * 2 * 8, -1, 1, 4);
     q[16 + 8 + 3] = NAN;
     std::vector<float> out(q.size()), ref(q.size());
-    ASSERT_EQ(paged_attention(out.data(), 16, q.data(), 16, 2, pool.view(), b.view(), 0.35f),
+    ASSERT_EQ(paged_attention(out.data(), 16, q.data(), 16, 2, pool.view(), b.view<AttentionBatch>(), 0.35f),
               Status::kOk);
-    ASSERT_EQ(paged_attention_ref(ref.data(), 16, q.data(), 16, 2, pool.view(), b.view(), 0.35f),
+    ASSERT_EQ(paged_attention_ref(ref.data(), 16, q.data(), 16, 2, pool.view(), b.view<AttentionBatch>(), 0.35f),
               Status::kOk);
     int n_nan = 0;
     for (size_t i = 0; i < out.size(); ++i) {
@@ -319,11 +272,11 @@ TEST(Attention, NonFiniteStaysWhereTheReferencePutsItInDecode) {
 
 TEST(Attention, RejectsBadBatchesAndWritesNothing) {
   Pool pool(DType::kBF16, 4, 2, 8, 6);
-  Batch good = make_batch(pool, {{6, 2}, {3, 3}}, 5);
+  PagedBatch good = make_batch(pool, {{6, 2}, {3, 3}}, 5);
   std::vector<float> q(5 * 4 * 8, 0.5f);
-  auto expect = [&](Batch b, int64_t n_head, Status want, const char* what) {
+  auto expect = [&](PagedBatch b, int64_t n_head, Status want, const char* what) {
     GuardedRows out(5, 32, 32);
-    EXPECT_EQ(paged_attention(out.data(), 32, q.data(), 32, n_head, pool.view(), b.view(), 1.0f),
+    EXPECT_EQ(paged_attention(out.data(), 32, q.data(), 32, n_head, pool.view(), b.view<AttentionBatch>(), 1.0f),
               want)
         << what;
     if (want != Status::kOk) {
@@ -332,7 +285,7 @@ TEST(Attention, RejectsBadBatchesAndWritesNothing) {
     }
   };
   expect(good, 4, Status::kOk, "good");
-  Batch b = good;
+  PagedBatch b = good;
   b.kv_len[0] = 1;  // fewer keys than new tokens
   expect(b, 4, Status::kInvalidArgument, "kv_len < n_new");
   b = good;
@@ -350,10 +303,10 @@ TEST(Attention, RejectsBadBatchesAndWritesNothing) {
   expect(b, 4, Status::kInvalidArgument, "q_indptr");
   expect(good, 3, Status::kInvalidArgument, "heads not a multiple of kv heads");
   Pool big(DType::kF32, 4, 1, kMaxHeadDim + 1, 2);
-  Batch bb = make_batch(big, {{2, 1}}, 6);
+  PagedBatch bb = make_batch(big, {{2, 1}}, 6);
   std::vector<float> o(kMaxHeadDim + 1), qq(kMaxHeadDim + 1);
   EXPECT_EQ(paged_attention(o.data(), kMaxHeadDim + 1, qq.data(), kMaxHeadDim + 1, 1, big.view(),
-                            bb.view(), 1.0f),
+                            bb.view<AttentionBatch>(), 1.0f),
             Status::kUnsupported);
 }
 

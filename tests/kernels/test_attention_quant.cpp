@@ -37,12 +37,14 @@
 #include "quant/quant_ref.h"
 #include "support/all_close.h"
 #include "support/guarded.h"
+#include "support/paged_batch.h"
 #include "support/random.h"
 
 namespace strata::cpu {
 namespace {
 
 using test::GuardedRows;
+using test::PagedBatch;
 using test::kTiny;
 using test::kU32;
 
@@ -106,19 +108,6 @@ struct Pool {
   }
 };
 
-struct Batch {
-  std::vector<int32_t> q_indptr{0}, kv_len, page_indptr{0}, page_ids;
-  AttentionBatch view() const {
-    AttentionBatch b;
-    b.n_seq = static_cast<int64_t>(kv_len.size());
-    b.q_indptr = q_indptr.data();
-    b.kv_len = kv_len.data();
-    b.page_indptr = page_indptr.data();
-    b.page_ids = page_ids.data();
-    return b;
-  }
-  int64_t n_tokens() const { return q_indptr.back(); }
-};
 
 // Keys drawn around a per-dimension offset (as real keys are: far from
 // centred on zero in some dims), values around zero.
@@ -134,30 +123,14 @@ std::vector<float> random_keys(int64_t n, int64_t row, uint32_t seed) {
 
 // Sequences (kv_len, n_new) on pages drawn at random from the pool; every key
 // and value written with kv_append (which forwards quantized pages).
-Batch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> free_ids(static_cast<size_t>(pool.n_pages));
-  std::iota(free_ids.begin(), free_ids.end(), 0);
-  std::shuffle(free_ids.begin(), free_ids.end(), rng);
-  Batch b;
-  size_t next = 0;
-  for (auto [len, n_new] : seqs) {
-    const int32_t n_pg =
-        (len + static_cast<int32_t>(pool.page_size) - 1) / static_cast<int32_t>(pool.page_size);
-    const size_t first = b.page_ids.size();
-    for (int32_t i = 0; i < n_pg; ++i) b.page_ids.push_back(free_ids.at(next++));
-    b.page_indptr.push_back(static_cast<int32_t>(b.page_ids.size()));
-    b.kv_len.push_back(len);
-    b.q_indptr.push_back(b.q_indptr.back() + n_new);
-    const int64_t row = pool.row();
+PagedBatch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>& seqs,
+                      uint32_t seed) {
+  PagedBatch b = test::layout_paged_batch(seqs, pool.page_size, pool.n_pages, seed);
+  const int64_t row = pool.row();
+  for (const std::vector<int64_t>& slots : b.slots) {
+    const int64_t len = static_cast<int64_t>(slots.size());
     const auto kr = random_keys(len, row, seed++);
     const auto vr = test::random_floats(static_cast<size_t>(len * row), -1.0f, 1.0f, seed++);
-    std::vector<int64_t> slots;
-    for (int32_t j = 0; j < len; ++j) {
-      slots.push_back(b.page_ids[first + static_cast<size_t>(j / pool.page_size)] *
-                          pool.page_size +
-                      j % pool.page_size);
-    }
     EXPECT_EQ(
         kv_append(pool.k.data(), pool.v.data(), pool.n_pages, pool.dtype, pool.page_size,
                   pool.n_kv_head, pool.head_dim, kr.data(), row, vr.data(), row, slots.data(), len),
@@ -167,7 +140,7 @@ Batch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>& seq
 }
 
 // Tolerances of every output element (see the file comment).
-std::vector<double> attention_bound(const Pool& pool, const Batch& b, const std::vector<float>& q,
+std::vector<double> attention_bound(const Pool& pool, const PagedBatch& b, const std::vector<float>& q,
                                     int64_t q_stride, int64_t n_head, float scale,
                                     const std::vector<double>& ref) {
   const int64_t hd = pool.head_dim;
@@ -221,18 +194,14 @@ std::vector<double> attention_bound(const Pool& pool, const Batch& b, const std:
   return tol;
 }
 
-struct AttnCase {
-  const char* name;
-  int64_t page_size, n_kv_head, group, head_dim;
-  std::vector<std::pair<int32_t, int32_t>> seqs;  // (kv_len, n_new)
-};
+using test::AttnCase;
 
 void run_attention(DType t, const AttnCase& c, uint32_t seed) {
   SCOPED_TRACE(::testing::Message() << c.name << " " << dtype_name(t));
   int64_t pages_needed = 0;
   for (auto [len, n_new] : c.seqs) pages_needed += (len + c.page_size - 1) / c.page_size;
   Pool pool(t, c.page_size, c.n_kv_head, c.head_dim, pages_needed + 5);
-  const Batch b = make_batch(pool, c.seqs, seed);
+  const PagedBatch b = make_batch(pool, c.seqs, seed);
   const int64_t n_head = c.n_kv_head * c.group;
   const int64_t row = n_head * c.head_dim;
   const int64_t n_tok = b.n_tokens();
@@ -244,10 +213,10 @@ void run_attention(DType t, const AttnCase& c, uint32_t seed) {
   GuardedRows out(n_tok, row, row + 2);
   std::vector<float> ref_out(static_cast<size_t>(n_tok * row));
   ASSERT_EQ(paged_attention(out.data(), out.stride(), q.data(), q_stride, n_head, pool.view(),
-                            b.view(), scale),
+                            b.view<AttentionBatch>(), scale),
             Status::kOk);
   ASSERT_EQ(paged_attention_ref(ref_out.data(), row, q.data(), q_stride, n_head, pool.view(),
-                                b.view(), scale),
+                                b.view<AttentionBatch>(), scale),
             Status::kOk);
   EXPECT_TRUE(out.canaries_intact());
   const auto ref = test::to_double(ref_out);
@@ -434,14 +403,14 @@ TEST(KvAppendQuant, RejectsWhatItCannotStore) {
             Status::kInvalidArgument);
   EXPECT_TRUE(std::all_of(pool.k_mem[0].begin(), pool.k_mem[0].end(),
                           [](char c) { return c == kFill; }));
-  Batch b = make_batch(pool, {{5, 1}}, 9);
+  PagedBatch b = make_batch(pool, {{5, 1}}, 9);
   KvPages odd = pool.view();
   odd.head_dim = 48;  // not whole groups
   std::vector<float> q(64), o(64);
-  EXPECT_EQ(paged_attention(o.data(), 64, q.data(), 64, 1, odd, b.view(), 1.0f),
+  EXPECT_EQ(paged_attention(o.data(), 64, q.data(), 64, 1, odd, b.view<AttentionBatch>(), 1.0f),
             Status::kUnsupported);
   b.page_ids[0] = 2;  // outside the pool
-  EXPECT_EQ(paged_attention(o.data(), 64, q.data(), 64, 1, pool.view(), b.view(), 1.0f),
+  EXPECT_EQ(paged_attention(o.data(), 64, q.data(), 64, 1, pool.view(), b.view<AttentionBatch>(), 1.0f),
             Status::kInvalidArgument);
 }
 

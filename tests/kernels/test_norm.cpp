@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/norm.h"
 #include "support/all_close.h"
+#include "support/op_bounds.h"
 #include "support/guarded.h"
 #include "support/random.h"
 
@@ -22,17 +23,12 @@ using test::GuardedRows;
 using test::kTiny;
 using test::kU32;
 
-struct NormCase {
-  int64_t rows, d, x_pad, y_pad;
-};
-
-const std::vector<NormCase> kCases = {{1, 1, 0, 0},   {3, 7, 3, 5},   {17, 17, 0, 1},
-                                      {7, 111, 2, 0}, {5, 576, 0, 3}, {111, 989, 1, 1},
-                                      {2, 4096, 0, 0}};
+using test::kNormCases;
+using test::layer_norm_bound;
 
 TEST(RmsNorm, MatchesReference) {
   uint32_t seed = 1;
-  for (const auto& c : kCases) {
+  for (const auto& c : kNormCases) {
     for (bool with_w : {true, false}) {
       SCOPED_TRACE(::testing::Message() << "rows=" << c.rows << " d=" << c.d << " w=" << with_w);
       GuardedRows x(c.rows, c.d, c.d + c.x_pad);
@@ -46,7 +42,7 @@ TEST(RmsNorm, MatchesReference) {
                 Status::kOk);
       EXPECT_TRUE(y.canaries_intact());
       const auto ref = test::to_double(y_ref.rows());
-      const double rel = (0.5 * (c.d + 3) + 6) * kU32;
+      const double rel = test::rms_norm_rel_bound(c.d);
       EXPECT_TRUE(test::all_close(
           y.rows(), ref, [&](size_t i) { return rel * std::fabs(ref[i]) + kTiny; }, "rms_norm"));
       // In place gives the same floats as out of place.
@@ -59,44 +55,9 @@ TEST(RmsNorm, MatchesReference) {
   }
 }
 
-// Bound for one row of layer_norm from the data (first order in u):
-//   the mean is x_0 + sum(x_i - x_0) / d, so |d mean| <= (d + 2) u
-//   mean|x - x_0| + u |mean|; each centred value c_i is off by
-//   |d mean| + u |c_i|; the variance by 2 |d mean| mean|c| + (d + 4) u var;
-//   r = 1/sqrt(var + eps) by half that relative to var + eps, plus 2 u;
-//   y_i = c_i r w_i + b_i adds 3 u |y_i|; the reference's rounding u |y_i|.
-std::vector<double> layer_norm_bound(const float* x, const float* w, const std::vector<double>& ref,
-                                     int64_t d, double eps) {
-  double sum = 0, sum_abs = 0;
-  for (int64_t i = 0; i < d; ++i) {
-    sum += x[i];
-    sum_abs += std::fabs(static_cast<double>(x[i]) - x[0]);
-  }
-  const double mean = sum / d;
-  double var = 0, mean_abs_c = 0;
-  for (int64_t i = 0; i < d; ++i) {
-    var += (x[i] - mean) * (x[i] - mean);
-    mean_abs_c += std::fabs(x[i] - mean);
-  }
-  var /= d;
-  mean_abs_c /= d;
-  const double d_mean = (d + 2) * kU32 * sum_abs / d + kU32 * std::fabs(mean);
-  const double d_var = 2 * d_mean * mean_abs_c + (d + 4) * kU32 * var;
-  const double r = 1.0 / std::sqrt(var + eps);
-  const double rel_r = 0.5 * d_var / (var + eps) + 2 * kU32;
-  std::vector<double> tol(static_cast<size_t>(d));
-  for (int64_t i = 0; i < d; ++i) {
-    const double c = std::fabs(x[i] - mean);
-    const double wi = w != nullptr ? std::fabs(w[i]) : 1.0;
-    tol[static_cast<size_t>(i)] = wi * r * (d_mean + kU32 * c + c * rel_r) +
-                                  4 * kU32 * std::fabs(ref[static_cast<size_t>(i)]) + kTiny;
-  }
-  return tol;
-}
-
 TEST(LayerNorm, MatchesReference) {
   uint32_t seed = 100;
-  for (const auto& c : kCases) {
+  for (const auto& c : kNormCases) {
     for (int variant = 0; variant < 3; ++variant) {
       // 0: w and b; 1: neither; 2: w only, rows with a large mean (cancellation).
       SCOPED_TRACE(::testing::Message()

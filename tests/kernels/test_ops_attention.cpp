@@ -25,6 +25,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda_test_util.h"
+#include "support/paged_batch.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/launch_plan.h"
@@ -43,20 +44,11 @@ using test::kU32;
 
 constexpr cudaStream_t kStream = nullptr;
 
-int64_t elem_bytes(DType t) {
-  return t == DType::kF32 ? 4 : 2;
-}
-
-double stored(DType t, const void* p, int64_t i) {
-  switch (t) {
-    case DType::kF32:
-      return static_cast<const float*>(p)[i];
-    case DType::kF16:
-      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default:
-      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  }
-}
+using test::AttnCase;
+using test::kAttentionCases;
+using test::PagedBatch;
+const auto elem_bytes = test::kv_elem_bytes;
+const auto stored = test::kv_stored;
 
 // Pages allocated one by one on the device (each with guard bytes) and their
 // host mirrors, which the CPU references read.
@@ -135,24 +127,10 @@ struct Pool {
   }
 };
 
-struct Batch {
-  std::vector<int32_t> q_indptr{0}, kv_len, page_indptr{0}, page_ids;
-  std::vector<int32_t> touched, n_filled;  // every used page and its fill
-  int64_t n_tokens() const { return q_indptr.back(); }
-  cpu::AttentionBatch host_view() const {
-    cpu::AttentionBatch b;
-    b.n_seq = static_cast<int64_t>(kv_len.size());
-    b.q_indptr = q_indptr.data();
-    b.kv_len = kv_len.data();
-    b.page_indptr = page_indptr.data();
-    b.page_ids = page_ids.data();
-    return b;
-  }
-};
 
 struct DeviceBatch {
   DeviceArray<int32_t> q_indptr, kv_len, page_indptr, page_ids;
-  explicit DeviceBatch(const Batch& b)
+  explicit DeviceBatch(const PagedBatch& b)
       : q_indptr(b.q_indptr), kv_len(b.kv_len), page_indptr(b.page_indptr), page_ids(b.page_ids) {}
   AttentionSeqs view(int64_t n_seq) const {
     AttentionSeqs s;
@@ -168,31 +146,10 @@ struct DeviceBatch {
 // Sequences (kv_len, n_new) on pages drawn at random from the pool; every
 // key and value written by the CUDA kv_append (one call for all) and by
 // kv_append_ref into the host mirrors, then compared.
-Batch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>& seqs, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> free_ids(static_cast<size_t>(pool.n_pages));
-  std::iota(free_ids.begin(), free_ids.end(), 0);
-  std::shuffle(free_ids.begin(), free_ids.end(), rng);
-  Batch b;
-  size_t next = 0;
-  std::vector<int64_t> slots;
-  for (auto [len, n_new] : seqs) {
-    const int32_t ps = static_cast<int32_t>(pool.page_size);
-    const int32_t n_pg = (len + ps - 1) / ps;
-    const size_t first = b.page_ids.size();
-    for (int32_t i = 0; i < n_pg; ++i) {
-      b.page_ids.push_back(free_ids.at(next++));
-      b.touched.push_back(b.page_ids.back());
-      b.n_filled.push_back(std::min(ps, len - i * ps));
-    }
-    b.page_indptr.push_back(static_cast<int32_t>(b.page_ids.size()));
-    b.kv_len.push_back(len);
-    b.q_indptr.push_back(b.q_indptr.back() + n_new);
-    for (int32_t j = 0; j < len; ++j) {
-      slots.push_back(static_cast<int64_t>(b.page_ids[first + static_cast<size_t>(j / ps)]) * ps +
-                      j % ps);
-    }
-  }
+PagedBatch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>& seqs,
+                      uint32_t seed) {
+  PagedBatch b = test::layout_paged_batch(seqs, pool.page_size, pool.n_pages, seed);
+  const std::vector<int64_t> slots = b.all_slots();
   const int64_t row = pool.row();
   const int64_t n = static_cast<int64_t>(slots.size());
   const int64_t stride = row + 3;
@@ -214,7 +171,7 @@ Batch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>& seq
   return b;
 }
 
-std::vector<double> attention_bound(const Pool& pool, const Batch& b, const std::vector<float>& q,
+std::vector<double> attention_bound(const Pool& pool, const PagedBatch& b, const std::vector<float>& q,
                                     int64_t q_stride, int64_t n_head, float scale, int64_t splits,
                                     const std::vector<double>& ref) {
   const int64_t hd = pool.head_dim;
@@ -281,11 +238,6 @@ AttentionPlan make_plan(int64_t n_seq, int64_t n_head, int64_t hd, int64_t decod
   return p;
 }
 
-struct AttnCase {
-  const char* name;
-  int64_t page_size, n_kv_head, group, head_dim;
-  std::vector<std::pair<int32_t, int32_t>> seqs;  // (kv_len, n_new)
-};
 
 void run_attention(DType dtype, const AttnCase& c, int64_t decode_splits, int64_t prefill_splits,
                    uint32_t seed) {
@@ -294,7 +246,7 @@ void run_attention(DType dtype, const AttnCase& c, int64_t decode_splits, int64_
   int64_t pages_needed = 0;
   for (auto [len, n_new] : c.seqs) pages_needed += (len + c.page_size - 1) / c.page_size;
   Pool pool(dtype, c.page_size, c.n_kv_head, c.head_dim, pages_needed + 5);
-  const Batch b = make_batch(pool, c.seqs, seed);
+  const PagedBatch b = make_batch(pool, c.seqs, seed);
   const int64_t n_seq = static_cast<int64_t>(c.seqs.size());
   const int64_t n_head = c.n_kv_head * c.group;
   const int64_t row = n_head * c.head_dim;
@@ -342,7 +294,7 @@ void run_attention(DType dtype, const AttnCase& c, int64_t decode_splits, int64_
       << last_detail();
   std::vector<float> ref_out(static_cast<size_t>(n_tok * row));
   ASSERT_EQ(cpu::paged_attention_ref(ref_out.data(), row, q.data(), q_stride, n_head,
-                                     pool.host_view(), b.host_view(), scale),
+                                     pool.host_view(), b.view<cpu::AttentionBatch>(), scale),
             Status::kOk);
   EXPECT_EQ(err.read().code, 0u) << describe(err.read());
   EXPECT_TRUE(out.canaries_intact());
@@ -359,16 +311,13 @@ class CudaAttention : public ::testing::TestWithParam<DType> {};
 TEST_P(CudaAttention, MatchesReference) {
   STRATA_REQUIRE_GPU();
   const DType t = GetParam();
-  const std::vector<AttnCase> cases = {
-      {"decode", 16, 3, 3, 64, {{1, 1}, {2, 1}, {17, 1}, {64, 1}, {150, 1}}},
-      {"prefill", 16, 3, 3, 64, {{33, 33}, {100, 100}}},
-      {"chunked prefill", 7, 2, 4, 80, {{70, 20}, {5, 5}, {40, 1}, {129, 65}}},
+  std::vector<AttnCase> cases = kAttentionCases;
+  const std::vector<AttnCase> more = {
       {"mha page size 1", 1, 4, 1, 96, {{3, 3}, {10, 2}, {6, 1}}},
       {"mha 112", 16, 2, 1, 112, {{31, 31}, {33, 1}}},
-      {"gqa 8", 16, 4, 8, 128, {{45, 45}, {20, 1}}},
       {"mqa 40 heads", 5, 1, 40, 256, {{12, 4}, {3, 1}, {70, 1}}},
-      {"no queries", 16, 1, 2, 64, {{8, 0}, {9, 1}}},
   };
+  cases.insert(cases.end(), more.begin(), more.end());
   uint32_t seed = 1000;
   for (const auto& c : cases) {
     for (auto [ds, ps] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 2}, {32, 5}}) {
@@ -392,7 +341,7 @@ INSTANTIATE_TEST_SUITE_P(KvDtype, CudaAttention,
 TEST(CudaAttentionErrors, NonFiniteStaysWhereTheReferencePutsIt) {
   STRATA_REQUIRE_GPU();
   Pool pool(DType::kF32, 4, 1, 64, 8);
-  const Batch b = make_batch(pool, {{6, 2}, {5, 1}}, 3);
+  const PagedBatch b = make_batch(pool, {{6, 2}, {5, 1}}, 3);
   // A NaN in one value of key 2 of sequence 0 (device and host), and in one
   // query of sequence 1.
   const int32_t page = b.page_ids[0];
@@ -412,7 +361,7 @@ TEST(CudaAttentionErrors, NonFiniteStaysWhereTheReferencePutsIt) {
               Status::kOk);
     std::vector<float> ref(q.size());
     ASSERT_EQ(cpu::paged_attention_ref(ref.data(), 128, q.data(), 128, 2, pool.host_view(),
-                                       b.host_view(), 0.35f),
+                                       b.view<cpu::AttentionBatch>(), 0.35f),
               Status::kOk);
     const auto got = out.rows();
     int n_nan = 0;
@@ -427,10 +376,10 @@ TEST(CudaAttentionErrors, NonFiniteStaysWhereTheReferencePutsIt) {
 TEST(CudaAttentionErrors, MalformedBatchesAreReportedAndWriteNothing) {
   STRATA_REQUIRE_GPU();
   Pool pool(DType::kBF16, 4, 2, 64, 6);
-  const Batch good = make_batch(pool, {{6, 2}, {3, 3}}, 5);
+  const PagedBatch good = make_batch(pool, {{6, 2}, {3, 3}}, 5);
   const std::vector<float> q(5 * 4 * 64, 0.5f);
   DeviceArray<float> q_dev(q);
-  auto expect = [&](const Batch& b, DeviceErrorCode want, int64_t want_row, const char* what) {
+  auto expect = [&](const PagedBatch& b, DeviceErrorCode want, int64_t want_row, const char* what) {
     SCOPED_TRACE(what);
     DeviceBatch db(b);
     DeviceRows out(5, 256, 256);
@@ -453,7 +402,7 @@ TEST(CudaAttentionErrors, MalformedBatchesAreReportedAndWriteNothing) {
     }
   };
   expect(good, DeviceErrorCode::kNone, 0, "good");
-  Batch b = good;
+  PagedBatch b = good;
   b.kv_len[0] = 1;  // fewer keys than new tokens
   expect(b, DeviceErrorCode::kSequence, 0, "kv_len < n_new");
   b = good;

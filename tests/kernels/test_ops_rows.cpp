@@ -29,6 +29,7 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/ops.h"
+#include "support/op_bounds.h"
 
 namespace strata::cuda {
 namespace {
@@ -42,12 +43,9 @@ using test::kU32;
 
 constexpr cudaStream_t kStream = nullptr;  // legacy default stream
 
-struct RowCase {
-  int64_t rows, d, x_pad, y_pad;
-};
-const std::vector<RowCase> kNormCases = {{1, 1, 0, 0},   {3, 7, 3, 5},   {17, 17, 0, 1},
-                                         {7, 111, 2, 0}, {5, 576, 0, 3}, {111, 989, 1, 1},
-                                         {2, 4096, 0, 0}};
+using test::kNormCases;
+using test::layer_norm_bound;
+using test::RowCase;
 
 TEST(CudaRmsNorm, MatchesReference) {
   STRATA_REQUIRE_GPU();
@@ -70,7 +68,7 @@ TEST(CudaRmsNorm, MatchesReference) {
                 Status::kOk);
       EXPECT_TRUE(y.canaries_intact());
       const auto r = test::to_double(ref);
-      const double rel = (0.5 * (c.d + 3) + 6) * kU32;
+      const double rel = test::rms_norm_rel_bound(c.d);
       const auto out = y.rows();
       EXPECT_TRUE(test::all_close(
           out, r, [&](size_t i) { return rel * std::fabs(r[i]) + kTiny; }, "rms_norm"));
@@ -82,36 +80,6 @@ TEST(CudaRmsNorm, MatchesReference) {
       EXPECT_TRUE(x.canaries_intact());
     }
   }
-}
-
-// The CPU test's bound for one row of layer_norm (first order in u).
-std::vector<double> layer_norm_bound(const float* x, const float* w, const std::vector<double>& ref,
-                                     int64_t d, double eps) {
-  double sum = 0, sum_abs = 0;
-  for (int64_t i = 0; i < d; ++i) {
-    sum += x[i];
-    sum_abs += std::fabs(static_cast<double>(x[i]) - x[0]);
-  }
-  const double mean = sum / d;
-  double var = 0, mean_abs_c = 0;
-  for (int64_t i = 0; i < d; ++i) {
-    var += (x[i] - mean) * (x[i] - mean);
-    mean_abs_c += std::fabs(x[i] - mean);
-  }
-  var /= d;
-  mean_abs_c /= d;
-  const double d_mean = (d + 2) * kU32 * sum_abs / d + kU32 * std::fabs(mean);
-  const double d_var = 2 * d_mean * mean_abs_c + (d + 4) * kU32 * var;
-  const double r = 1.0 / std::sqrt(var + eps);
-  const double rel_r = 0.5 * d_var / (var + eps) + 2 * kU32;
-  std::vector<double> tol(static_cast<size_t>(d));
-  for (int64_t i = 0; i < d; ++i) {
-    const double c = std::fabs(x[i] - mean);
-    const double wi = w != nullptr ? std::fabs(w[i]) : 1.0;
-    tol[static_cast<size_t>(i)] = wi * r * (d_mean + kU32 * c + c * rel_r) +
-                                  4 * kU32 * std::fabs(ref[static_cast<size_t>(i)]) + kTiny;
-  }
-  return tol;
 }
 
 TEST(CudaLayerNorm, MatchesReference) {
@@ -448,26 +416,6 @@ TEST(CudaAddBias, Exact) {
 }
 
 // Softmax bound per element (first order), as the CPU test's with CUDA's expf.
-std::vector<double> softmax_bound(const std::vector<float>& x, const std::vector<double>& ref,
-                                  int64_t rows, int64_t d) {
-  std::vector<double> tol(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    double m = -INFINITY;
-    for (int64_t i = 0; i < d; ++i) m = std::max(m, static_cast<double>(x[r * d + i]));
-    double sum_err = (d + 1) * kU32;
-    for (int64_t i = 0; i < d; ++i) {
-      const double dj = kExpErr + std::fabs(x[r * d + i] - m) * kU32;
-      if (ref[r * d + i] > 0) sum_err += ref[r * d + i] * dj;
-    }
-    for (int64_t i = 0; i < d; ++i) {
-      const double di = kExpErr + std::fabs(x[r * d + i] - m) * kU32;
-      tol[r * d + i] =
-          ref[r * d + i] > 0 ? (di + sum_err + 3 * kU32) * ref[r * d + i] + kTiny : kTiny;
-    }
-  }
-  return tol;
-}
-
 TEST(CudaSoftmax, MatchesReference) {
   STRATA_REQUIRE_GPU();
   uint32_t seed = 50;
@@ -490,7 +438,7 @@ TEST(CudaSoftmax, MatchesReference) {
     ASSERT_EQ(cpu::softmax_ref(ref.data(), d, xv.data(), d, rows, d), Status::kOk);
     EXPECT_TRUE(y.canaries_intact());
     const auto r = test::to_double(ref);
-    const auto tol = softmax_bound(xv, r, rows, d);
+    const auto tol = test::softmax_bound(xv, r, rows, d, kExpErr);
     EXPECT_TRUE(test::all_close(
         y.rows(), r, [&](size_t i) { return tol[i]; }, "softmax"));
   }

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "offload/measure.h"
 #include "policy/hardware.h"
+#include "support/run_cli.h"
 
 namespace strata {
 namespace {
@@ -38,13 +39,6 @@ struct CliRun {
   std::string out, err;
   double seconds = 0;
 };
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 // A scratch directory removed (with its contents) at the end of the test.
 struct Scratch {
@@ -62,42 +56,24 @@ struct Scratch {
   }
 };
 
-// Runs STRATA_BIN with `args`, stdout and stderr captured in files under
-// `scratch`. With `as_nobody` the child drops to the unprivileged user
-// first (root ignores directory permissions); false is returned in
-// `dropped` when it could not.
+// In the child, as root: drop to the unprivileged user (root ignores
+// directory permissions); exit 125 when that fails.
+void drop_to_nobody() {
+  if (::geteuid() != 0) return;
+  if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
+    ::_exit(125);
+  }
+}
+
+// Runs strata with `args` (support/run_cli.h), stdout and stderr captured in
+// files under `scratch`, as the unprivileged user with `as_nobody`, timed.
 CliRun run_strata(const std::vector<std::string>& args, const fs::path& scratch,
                   bool as_nobody = false) {
-  const std::string out_path = (scratch / "cli.stdout").string();
-  const std::string err_path = (scratch / "cli.stderr").string();
-  std::vector<std::string> argv_s = {STRATA_BIN};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const bool drop = as_nobody && ::geteuid() == 0;
   const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(126);
-    if (drop &&
-        (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0)) {
-      ::_exit(125);
-    }
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  CliRun r;
-  if (pid < 0) return r;
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  return r;
+  const test::CliResult r =
+      test::run_strata(args, scratch.string(), {}, as_nobody ? drop_to_nobody : nullptr);
+  return {r.exit_code, r.out, r.err,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
 int count_lines(const std::string& s) {
@@ -178,7 +154,7 @@ TEST(Profile, QuickWritesAProfileThatPolicyPlansWith) {
 
   // The header says what each number is; the YAML after it is exactly what
   // the profile writes again (the numbers read back unchanged).
-  const std::string text = slurp(yaml);
+  const std::string text = test::slurp(yaml.string());
   for (const char* what :
        {"# Hardware profile of this machine", "machine:", "date:", "commit ",
         "links.disk_to_cpu:", "links.cpu_to_disk:", "links.cpu_to_disk_kv:", "gemm_prefill_tflops:",

@@ -16,6 +16,7 @@
 
 #include "policy/cost_model.h"
 #include "policy/search.h"
+#include "support/run_cli.h"
 
 namespace strata {
 namespace {
@@ -38,19 +39,8 @@ std::filesystem::path temp_path(const std::string& name) {
 }
 
 CliRun run_strata(const std::string& args) {
-  const auto err_path = temp_path("stderr.txt");
-  const std::string cmd = std::string(STRATA_BIN) + " " + args + " 2>" + err_path.string();
-  CliRun r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_file(err_path);
-  std::filesystem::remove(err_path);
-  return r;
+  const test::CliResult r = test::run_strata_line(args);
+  return {r.exit_code, r.out, r.err};
 }
 
 // Predictions are printed by nlohmann with full double precision.

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "policy/model_shape.h"
+#include "support/run_cli.h"
 
 namespace strata {
 namespace {
@@ -22,16 +23,9 @@ const std::string kDemo = std::string(STRATA_MODELS_DIR) + "/SmolLM2-135M-Instru
 TEST(PolicyModelFile, DemoGgufShapeMatchesThePreset) {
   if (!std::filesystem::exists(kDemo))
     GTEST_SKIP() << "demo model absent: run scripts/fetch-demo-model.sh";
-  const std::string cmd = std::string(STRATA_BIN) + " policy --hardware t4 --json --model " + kDemo;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
-  const nlohmann::json j = nlohmann::json::parse(out);
+  const test::CliResult r = test::run_strata_line("policy --hardware t4 --json --model " + kDemo);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
   const nlohmann::json& s = j["model_shape"];
   const ModelShape preset = find_model_preset("smollm2-135m");
   EXPECT_EQ(s["n_layer"].get<int64_t>(), preset.n_layer);

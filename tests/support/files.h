@@ -70,6 +70,9 @@ class ScratchDir {
   ScratchDir& operator=(const ScratchDir&) = delete;
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
+  void write(const std::string& name, const std::string& content) const {
+    write_text(file(name), content);
+  }
 
  private:
   std::string path_;

@@ -83,6 +83,37 @@ inline CliResult run_strata(const std::vector<std::string>& args, const std::str
   return finish_strata(start_strata(args, scratch_dir, extra_env, in_child), scratch_dir);
 }
 
+// A command line split into arguments as a shell would for the simple
+// cases tests write: words separated by spaces, '...' quoting (no escapes
+// inside).
+inline std::vector<std::string> split_args(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false, any = false;
+  for (char c : line) {
+    if (c == '\'') {
+      quoted = !quoted;
+      any = true;
+    } else if (c == ' ' && !quoted) {
+      if (any) out.push_back(cur);
+      cur.clear();
+      any = false;
+    } else {
+      cur += c;
+      any = true;
+    }
+  }
+  if (any) out.push_back(cur);
+  return out;
+}
+
+// The same as run_strata with the arguments of `line` (split_args), in a
+// scratch directory of its own.
+inline CliResult run_strata_line(const std::string& line) {
+  const ScratchDir dir("strata-cli");
+  return run_strata(split_args(line), dir.path());
+}
+
 // The whole content of a file (what a run wrote).
 inline std::string slurp(const std::string& path) {
   return read_text(path);

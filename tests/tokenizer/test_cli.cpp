@@ -6,16 +6,12 @@
 #include <cstdio>
 #include <string>
 
+#include "support/run_cli.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_test_util.h"
 
 namespace strata {
 namespace {
-
-struct CliResult {
-  int code;
-  std::string out;  // stdout and stderr
-};
 
 std::string quote(const std::string& s) {
   std::string q = "'";
@@ -28,31 +24,31 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
-CliResult run_strata(const std::string& args) {
-  const std::string cmd = quote(STRATA_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  CliResult r{-1, {}};
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+// Runs strata; out holds what it printed on stdout and stderr.
+struct CliRun {
+  int code = -1;
+  std::string out;
+};
+CliRun run_strata(const std::vector<std::string>& args) {
+  const test::ScratchDir dir("strata-cli");
+  const test::CliResult r = test::run_strata(args, dir.path());
+  return {r.exit_code, r.out + r.err};
+}
+CliRun run_strata(const std::string& args) {
+  return run_strata(test::split_args(args));
 }
 
 const std::string kGpt2 = test::tokenizer_data("gguf-vocab/ggml-vocab-gpt-2.gguf");
 const std::string kLlamaBpe = test::tokenizer_data("gguf-vocab/ggml-vocab-llama-bpe.gguf");
 
 TEST(CliTokenize, PrintsIdsOnOneLine) {
-  const CliResult r = run_strata("tokenize --model " + quote(kGpt2) + " --text 'Hello world'");
+  const CliRun r = run_strata("tokenize --model " + quote(kGpt2) + " --text 'Hello world'");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out, "15496 995\n");
 }
 
 TEST(CliTokenize, AddsBosWhereTheModelDoesUnlessNoBos) {
-  CliResult r = run_strata("tokenize --model " + quote(kLlamaBpe) + " --text 'Hello world'");
+  CliRun r = run_strata("tokenize --model " + quote(kLlamaBpe) + " --text 'Hello world'");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out, "128000 9906 1917\n");
   r = run_strata("tokenize --model " + quote(kLlamaBpe) + " --text 'Hello world' --no-bos");
@@ -61,8 +57,8 @@ TEST(CliTokenize, AddsBosWhereTheModelDoesUnlessNoBos) {
 
 TEST(CliTokenize, PiecesShowEachTokenEscaped) {
   // "Hi", a newline and a llama emoji, whose bytes are split across tokens.
-  const CliResult r = run_strata("tokenize --model " + quote(kGpt2) +
-                                 " --pieces --text \"$(printf 'Hi\\n\\360\\237\\246\\231')\"");
+  const CliRun r =
+      run_strata({"tokenize", "--model", kGpt2, "--pieces", "--text", "Hi\n\xF0\x9F\xA6\x99"});
   EXPECT_EQ(r.code, 0) << r.out;
   const Tokenizer& tok = test::cached_tokenizer(kGpt2);
   const std::vector<int32_t> ids = tok.encode("Hi\n\xF0\x9F\xA6\x99", false);
@@ -84,14 +80,14 @@ TEST(CliTokenize, PiecesShowEachTokenEscaped) {
 }
 
 TEST(CliTokenize, ReadsAModelDirectory) {
-  const CliResult r = run_strata("tokenize --model " + quote(test::tokenizer_data("qwen3")) +
+  const CliRun r = run_strata("tokenize --model " + quote(test::tokenizer_data("qwen3")) +
                                  " --text 'Hello world'");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out, "9707 1879\n");
 }
 
 TEST(CliTokenize, BadPathIsOneLineAndExitCodeOne) {
-  const CliResult r = run_strata("tokenize --model /nonexistent/model.gguf --text hi");
+  const CliRun r = run_strata("tokenize --model /nonexistent/model.gguf --text hi");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("/nonexistent/model.gguf"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;

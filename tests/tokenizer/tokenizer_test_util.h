@@ -19,20 +19,13 @@
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
+#include "support/files.h"
 
 namespace strata::test {
 
 // Unpacked tests/data/tokenizers/*.tar.xz (see tests/tokenizer/CMakeLists.txt).
 inline std::string tokenizer_data(const std::string& rel) {
   return std::string(STRATA_TOKENIZER_DATA) + "/" + rel;
-}
-
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 struct Vector {
@@ -42,8 +35,10 @@ struct Vector {
 
 // The inputs of `<gguf>.inp` paired with the ids of `<gguf>.out`.
 inline std::vector<Vector> read_vectors(const std::string& gguf_path) {
-  const std::string inp = read_file(gguf_path + ".inp");
-  const std::string out = read_file(gguf_path + ".out");
+  EXPECT_TRUE(std::filesystem::exists(gguf_path + ".inp")) << "cannot open " << gguf_path << ".inp";
+  EXPECT_TRUE(std::filesystem::exists(gguf_path + ".out")) << "cannot open " << gguf_path << ".out";
+  const std::string inp = read_text(gguf_path + ".inp");
+  const std::string out = read_text(gguf_path + ".out");
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<std::string> texts;
   size_t pos = 0;
@@ -83,32 +78,6 @@ inline std::string join_ids(const std::vector<int32_t>& ids) {
   for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
   return s;
 }
-
-// A fresh directory under the system temp dir, removed at scope exit.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& name) {
-    path_ = std::filesystem::temp_directory_path() /
-            ("strata-tok-" + name + "-" +
-             std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
-             std::to_string(reinterpret_cast<uintptr_t>(this)));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string path() const { return path_.string(); }
-  void write(const std::string& name, const std::string& content) const {
-    std::ofstream out(file(name), std::ios::binary);
-    out << content;
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Writes a GGUF v3 file with metadata only. Values: string, u32, i32, bool,
 // f32, array of strings, array of i32, array of f32.
