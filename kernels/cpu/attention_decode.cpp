@@ -11,6 +11,7 @@
 #endif
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kv_rows.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -45,10 +46,6 @@ struct DecodeUnit {
   int32_t j0, j1;  // keys [j0, j1)
   int32_t part;    // slot of its partial state, -1 when it covers the whole sequence
 };
-
-int64_t elem_bytes(DType t) {
-  return t == DType::kF32 ? 4 : 2;
-}
 
 // The K and V rows of kv head g of keys j0 .. j0 + jn - 1 (jn <= 16) of a
 // sequence whose pages are ids; entries jn .. 15 repeat the first row. One
