@@ -1,5 +1,5 @@
-// Measurements of the machine Strata runs on, for `strata profile` (DESIGN
-// §7): sequential disk bandwidth through the disk I/O layer (io_uring, O_DIRECT,
+// Measurements of the machine Strata runs on, for `strata profile`
+// (plan/machine_profile.h): sequential disk bandwidth through the disk I/O layer (io_uring, O_DIRECT,
 // many blocks in flight), host<->device copies and the GEMM and paged
 // attention rates of a Backend, the RAM read rate, and the memory sizes.
 // Every measurement warms up first, then repeats and keeps the median with

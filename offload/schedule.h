@@ -1,4 +1,4 @@
-// The zig-zag block schedule (DESIGN §4) as plain data: the ordered list of
+// The zig-zag block schedule (docs/DESIGN.md §3) as plain data: the ordered list of
 // steps of one block, generated once by a pure function, printed, tested and
 // consumed by the engine (and later by the executor, a dry run and the
 // tracer). For generation step i (0 = prefill), for column j (the input

@@ -1,4 +1,4 @@
-// Byte budgets of the three tiers (DESIGN §3): gpu (memory of the compute
+// Byte budgets of the three tiers (docs/DESIGN.md §2): gpu (memory of the compute
 // device), cpu (host RAM) and disk (files in the offload directory). Every
 // byte a run keeps in a tier is taken from that tier's pool, either as memory
 // the pool allocates (PoolBlock) or as accounting for memory or file space

@@ -1,4 +1,4 @@
-// Moving bytes between tiers (DESIGN §3, STYLE 7): one copy(dst, src) over
+// Moving bytes between tiers (docs/DESIGN.md §3): one copy(dst, src) over
 // every pair of places (device memory, host RAM, a range of a file on disk),
 // with relays and staging inside it, and the transfer queues that run the
 // copies in order beside compute.

@@ -27,7 +27,7 @@
 
 namespace strata {
 
-// Group-wise quantization of weights or KV (DESIGN §6): q4 or q8, groups of
+// Group-wise quantization of weights or KV (docs/DESIGN.md §6): q4 or q8, groups of
 // 32, 64 or 128, asymmetric (scale and minimum) unless symmetric.
 struct Compression {
   int bits = 0;  // 0 = none, 4 or 8

@@ -1,5 +1,5 @@
 // JSON forms of policies and predictions, with the stable names that
-// `strata policy --json` prints and run reports reuse (DESIGN §8):
+// `strata policy --json` prints and run reports reuse (docs/DESIGN.md §8):
 // policy {gpu_batch_size, num_gpu_batches, weights/kv_cache/activations
 // {gpu, cpu, disk}, cpu_attention, compress_weight, compress_kv,
 // sparse_attention_budget}; predicted {prefill_tokens_per_s,

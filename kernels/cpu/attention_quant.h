@@ -1,4 +1,4 @@
-// Paged attention and KV append over quantized KV pages (DESIGN §6).
+// Paged attention and KV append over quantized KV pages (docs/DESIGN.md §6).
 //
 // Values: each token's row of each kv head (head_dim values) is stored as
 // head_dim / G consecutive blocks of a group-wise format of quant/blocks.h

@@ -1,6 +1,6 @@
 // The CUDA ops: one launcher per kernels/cuda/<op>.cu, each queuing its
 // kernel(s) on `stream` and returning a Status (kernels/status.h). Launchers
-// are leaves (STYLE 5): raw device pointers, sizes, strides (in elements) and
+// are leaves: raw device pointers, sizes, strides (in elements) and
 // a stream in; no allocation (workspaces come from the caller, sized by
 // launch_plan.h), no exception, no log, no synchronisation.
 //

@@ -1,4 +1,4 @@
-// The three tiers data lives on (DESIGN §3): gpu (memory of the compute
+// The three tiers data lives on (docs/DESIGN.md §2): gpu (memory of the compute
 // device), cpu (host RAM), disk (files in the offload directory). One
 // definition for every module that names them: the cost model (policy/)
 // and the pools and transfers (offload/) talk about the same tiers.

@@ -1,7 +1,7 @@
 // The end-of-run report of generate and bench: what ran, how many tokens,
 // how long, how fast, and what the engine measured about data movement and
 // memory. Printed as a table on stdout and written as JSON (--report) with
-// the stable top-level names of DESIGN §8:
+// the stable top-level names of docs/DESIGN.md §8:
 //   model, policy, hardware, n_prompts, prompt_tokens, generated_tokens,
 //   prefill_s, decode_s, total_s, prefill_tokens_per_s, decode_tokens_per_s,
 //   total_tokens_per_s, links {name: {bytes, busy_s, gb_per_s}},

@@ -1,4 +1,4 @@
-// GGUF's own quantized tensors loaded without requantizing (DESIGN §6): the
+// GGUF's own quantized tensors loaded without requantizing (docs/DESIGN.md §6): the
 // Q4_0, Q4_1 and Q8_0 tensors of the tiny GGUF fixture
 // (tests/data/models/llama-gguf), dequantized by quant's fast dequantize_row
 // straight from the model's mapping, give exactly (bit for bit, the sign of
