@@ -78,7 +78,11 @@ void check_placement(const DeviceCaps& caps, const Placement& f, bool cpu_attent
 
 PlacementPins runnable_pins(const DeviceCaps& caps, bool cpu_attention) {
   PlacementPins pins;
-  if (caps.memory_is_host) return pins;
+  if (caps.memory_is_host) {
+    // Activations in RAM (the gpu share folds into cpu there), never on disk.
+    pins[static_cast<size_t>(Share::kActCpu)] = 1;
+    return pins;
+  }
   pins[static_cast<size_t>(Share::kActGpu)] = 1;
   pins[static_cast<size_t>(Share::kActCpu)] = 0;
   pins[static_cast<size_t>(cpu_attention ? Share::kKvGpu : Share::kKvCpu)] = 0;

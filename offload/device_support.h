@@ -41,7 +41,8 @@ void check_dtypes(const DeviceCaps& caps, DType compute, DType kv);
 // engine does not run there.
 void check_placement(const DeviceCaps& caps, const Placement& placement, bool cpu_attention);
 
-// The shares a placement must have to run on this device (nullopt: free).
+// The shares a placement (as folded for the device) must have to run on this
+// device (nullopt: free).
 PlacementPins runnable_pins(const DeviceCaps& caps, bool cpu_attention);
 
 }  // namespace strata

@@ -165,15 +165,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
   to.need_dir = need_dir;
   to.device_name = backend_.name();
   tiers_ = std::make_unique<TierBudgets>(to, mode_, std::move(dev_.host_allocator));
-  uint64_t streamed = 0;  // the largest streamed column in device staging, 256-byte aligned matrices
-  if (mode_ != MemoryMode::kHostMemory) {
-    for (const UnitPlacement& u : wplace_.units) {
-      streamed = std::max<uint64_t>(streamed, u.matrix_bytes[static_cast<size_t>(Tier::kCpu)] +
-                                                  u.disk_read_bytes + 256 * (u.n_tensors + 1));
-    }
-  }
-  tiers_->check_weights(wplace_, 2 * streamed,
-                        2 * align_up(wplace_.largest_disk_read(), kDiskAlign));
+  tiers_->check_weights(wplace_);
   if (opt_.plan_prompt_tokens > 0 && opt_.plan_new_tokens > 0) {
     const BlockShape full = BlockShape::full(opt_.gpu_batch_size, opt_.num_gpu_batches,
                                              opt_.plan_prompt_tokens, opt_.plan_new_tokens);

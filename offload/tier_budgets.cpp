@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "offload/aligned_buffer.h"
 #include "offload/measure.h"
 #include "offload/weight_placement.h"
 
@@ -33,34 +34,61 @@ uint64_t available_ram_bytes() {
   return 0;
 }
 
-TierBudgets::TierBudgets(const Options& o, MemoryMode mode,
-                         std::unique_ptr<TierAllocator> host_allocator)
-    : mode_(mode), o_(o) {
-  const bool host = mode_ == MemoryMode::kHostMemory;
-  uint64_t ram_budget = o.cpu_mem > 0 ? o.cpu_mem : available_ram_bytes();
-  if (host) ram_budget += o.gpu_mem;  // both tiers are this RAM
-  ram_ = std::make_unique<TierPool>(Tier::kCpu, ram_budget,
-                                    host_allocator ? std::move(host_allocator)
-                                                   : make_host_allocator());
-  if (!host) {
-    const uint64_t gpu_budget = o.gpu_mem > 0 ? o.gpu_mem : o.default_device_bytes;
-    if (gpu_budget == 0) {
-      fail("{} reports no free device memory; pass --gpu-mem to say how much to use",
-           o.device_name);
+TierBytes weight_tier_bytes(const WeightPlacement& wp, MemoryMode mode, TierBytes* staging) {
+  TierBytes s;
+  s.ram = 2 * align_up(wp.largest_disk_read(), kDiskAlign);
+  TierBytes t;
+  t.disk = wp.bytes(Tier::kDisk);
+  if (mode == MemoryMode::kHostMemory) {
+    t.ram = wp.bytes(Tier::kGpu) + wp.bytes(Tier::kCpu) + wp.vector_bytes() + s.ram;
+  } else {
+    uint64_t streamed = 0;  // the largest streamed column in device staging
+    for (const UnitPlacement& u : wp.units) {
+      streamed = std::max<uint64_t>(streamed, u.matrix_bytes[static_cast<size_t>(Tier::kCpu)] +
+                                                  u.disk_read_bytes + 256 * (u.n_tensors + 1));
     }
-    gpu_ = std::make_unique<TierPool>(Tier::kGpu, gpu_budget);
+    s.device = 2 * streamed;
+    t.device = wp.bytes(Tier::kGpu) + wp.vector_bytes() + s.device;
+    t.ram = wp.bytes(Tier::kCpu) + s.ram;
   }
-  uint64_t disk_budget = o.disk_mem;
-  if (disk_budget == 0 && o.need_dir) {
+  if (staging != nullptr) *staging = s;
+  return t;
+}
+
+TierBytes tier_budgets_for(const BudgetRequest& o, MemoryMode mode) {
+  const bool host = mode == MemoryMode::kHostMemory;
+  TierBytes b;
+  b.ram = o.cpu_mem > 0 ? o.cpu_mem : available_ram_bytes();
+  if (host) b.ram += o.gpu_mem;  // both tiers are this RAM
+  if (!host) b.device = o.gpu_mem > 0 ? o.gpu_mem : o.default_device_bytes;
+  b.disk = o.disk_mem;
+  if (b.disk == 0 && o.need_dir) {
     std::error_code ec;
     std::filesystem::create_directories(o.offload_dir, ec);
     if (ec) {
       fail("--offload-dir {}: cannot create the directory: {}; choose a directory you can write to",
            o.offload_dir, ec.message());
     }
-    disk_budget = free_disk_bytes(o.offload_dir);
+    b.disk = free_disk_bytes(o.offload_dir);
   }
-  disk_ = std::make_unique<TierPool>(Tier::kDisk, disk_budget);
+  return b;
+}
+
+TierBudgets::TierBudgets(const Options& o, MemoryMode mode,
+                         std::unique_ptr<TierAllocator> host_allocator)
+    : mode_(mode), o_(o) {
+  const TierBytes b = tier_budgets_for(o, mode);
+  ram_ = std::make_unique<TierPool>(Tier::kCpu, b.ram,
+                                    host_allocator ? std::move(host_allocator)
+                                                   : make_host_allocator());
+  if (mode_ != MemoryMode::kHostMemory) {
+    if (b.device == 0) {
+      fail("{} reports no free device memory; pass --gpu-mem to say how much to use",
+           o.device_name);
+    }
+    gpu_ = std::make_unique<TierPool>(Tier::kGpu, b.device);
+  }
+  disk_ = std::make_unique<TierPool>(Tier::kDisk, b.disk);
 }
 
 std::string TierBudgets::ram_flags() const {
@@ -68,23 +96,20 @@ std::string TierBudgets::ram_flags() const {
                                           : "--cpu-mem";
 }
 
-void TierBudgets::check_weights(const WeightPlacement& wp, uint64_t device_staging,
-                                uint64_t ram_staging) {
+void TierBudgets::check_weights(const WeightPlacement& wp) {
   const bool host = mode_ == MemoryMode::kHostMemory;
-  if (!host) {
-    // Device: the gpu share, the vectors and the staging of the streamed share.
-    fixed_device_ = wp.bytes(Tier::kGpu) + wp.vector_bytes() + device_staging;
-    fixed_ram_ = wp.bytes(Tier::kCpu) + ram_staging;
-    if (fixed_device_ > gpu_->budget()) {
-      fail(
-          "device memory budget {} (--gpu-mem) of {} is below the {} the weights need: {} of "
-          "matrices kept on the device, {} of vectors, {} of staging for the streamed share; "
-          "raise --gpu-mem or keep fewer weights on the gpu (--percent)",
-          mb(gpu_->budget()), o_.device_name, mb(fixed_device_), mb(wp.bytes(Tier::kGpu)),
-          mb(wp.vector_bytes()), mb(device_staging));
-    }
-  } else {
-    fixed_ram_ = wp.bytes(Tier::kGpu) + wp.bytes(Tier::kCpu) + wp.vector_bytes() + ram_staging;
+  TierBytes staging;
+  const TierBytes t = weight_tier_bytes(wp, mode_, &staging);
+  fixed_device_ = t.device;
+  fixed_ram_ = t.ram;
+  const uint64_t device_staging = staging.device, ram_staging = staging.ram;
+  if (!host && fixed_device_ > gpu_->budget()) {
+    fail(
+        "device memory budget {} (--gpu-mem) of {} is below the {} the weights need: {} of "
+        "matrices kept on the device, {} of vectors, {} of staging for the streamed share; "
+        "raise --gpu-mem or keep fewer weights on the gpu (--percent)",
+        mb(gpu_->budget()), o_.device_name, mb(fixed_device_), mb(wp.bytes(Tier::kGpu)),
+        mb(wp.vector_bytes()), mb(device_staging));
   }
   if (fixed_ram_ > ram_->budget()) {
     fail(

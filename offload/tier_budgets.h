@@ -25,14 +25,34 @@ struct WeightPlacement;
 // default budget of the cpu tier.
 uint64_t available_ram_bytes();
 
+// Bytes of each tier (device memory, RAM, disk).
+struct TierBytes {
+  uint64_t device = 0, ram = 0, disk = 0;
+};
+
+// What the weights as placed hold for the whole run in a memory mode: the
+// matrices and vectors where they are used (in place on host memory), and
+// the staging of their streamed share (two host buffers for the largest disk
+// read; on a device with memory of its own two device buffers for the
+// largest streamed column, its matrices 256-byte aligned). `staging` gets
+// the staging part of each tier, for messages.
+TierBytes weight_tier_bytes(const WeightPlacement& wp, MemoryMode mode,
+                            TierBytes* staging = nullptr);
+
+// The budgets of a run (the defaults as TierBudgets applies them). Error for
+// an offload directory that cannot be made.
+struct BudgetRequest {
+  uint64_t gpu_mem = 0, cpu_mem = 0, disk_mem = 0;  // 0: the default
+  uint64_t default_device_bytes = 0;                // the device's default budget
+  std::string offload_dir;                          // needed when `need_dir`
+  bool need_dir = false;                            // something lives on disk
+};
+TierBytes tier_budgets_for(const BudgetRequest& r, MemoryMode mode);
+
 class TierBudgets {
  public:
-  struct Options {
-    uint64_t gpu_mem = 0, cpu_mem = 0, disk_mem = 0;  // 0: the default
-    uint64_t default_device_bytes = 0;                // the device's default budget
-    std::string offload_dir;                          // needed when `need_dir`
-    bool need_dir = false;                            // something lives on disk
-    std::string device_name;                          // for messages
+  struct Options : BudgetRequest {
+    std::string device_name;  // for messages
   };
   // `host_allocator`: the cpu tier's memory (pinned on a GPU). Error for a
   // device memory budget of 0 and an offload directory that cannot be made.
@@ -47,11 +67,9 @@ class TierBudgets {
   // "--cpu-mem", or "--cpu-mem + --gpu-mem: ..." where both are RAM.
   std::string ram_flags() const;
 
-  // The weights as placed, with the device staging for their streamed share
-  // (`device_staging`: both buffers, 0 on host memory) and `ram_staging`
-  // (both host buffers): Error when a tier cannot hold them. Records them as
-  // the engine's fixed memory.
-  void check_weights(const WeightPlacement& wp, uint64_t device_staging, uint64_t ram_staging);
+  // The weights as placed with their staging (weight_tier_bytes): Error when
+  // a tier cannot hold them. Records them as the engine's fixed memory.
+  void check_weights(const WeightPlacement& wp);
   // The fixed memory as the weights actually hold it.
   void set_fixed(uint64_t ram, uint64_t device) {
     fixed_ram_ = ram;

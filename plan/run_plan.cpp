@@ -14,7 +14,9 @@
 #include "model/model.h"
 #include "offload/device.h"
 #include "offload/device_support.h"
+#include "offload/engine_options.h"
 #include "offload/measure.h"
+#include "offload/plan_fit.h"
 #include "offload/tier_budgets.h"
 #include "plan/machine_profile.h"
 #include "policy/cost_model.h"
@@ -26,11 +28,6 @@ namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The share of the RAM budget the search may plan with: the engine keeps
-// activations and its working memory in f32 where the cost model counts
-// f16, and holds the logits of a block.
-constexpr double kSearchRamShare = 0.9;
 
 Compression compression_of(const std::optional<DType>& t) {
   Compression c;
@@ -49,8 +46,34 @@ std::optional<DType> dtype_of(const Compression& c, const char* what) {
   return t;
 }
 
+// The policy's choices in the engine's options: batch sizes, placement, CPU
+// attention, the compression it asks for where the flags did not set one,
+// and the planned block's lengths.
+void apply_policy(const Policy& p, const RunShape& run, EngineOptions& eo) {
+  eo.gpu_batch_size = p.gpu_batch_size;
+  eo.num_gpu_batches = p.num_gpu_batches;
+  eo.placement = p.placement;
+  eo.cpu_attention = p.cpu_attention;
+  if (!eo.weight_dtype) eo.weight_dtype = dtype_of(p.compress_weight, "compress_weight");
+  if (!is_quantized(eo.kv_dtype)) {
+    if (const auto t = dtype_of(p.compress_kv, "compress_kv")) eo.kv_dtype = *t;
+  }
+  eo.plan_prompt_tokens = run.max_prompt;
+  eo.plan_new_tokens = run.gen;
+}
+
+// Without --kv-mem the KV cache may hold what the planned block needs (the
+// tier budgets still bound it): its default, or the block's pages if more.
+void size_kv_budget(const PlanRequest& r, const Model& model, EngineOptions& eo) {
+  if (r.kv_mem > 0) return;
+  eo.kv_budget_bytes = 0;
+  const PlanFit f = plan_fit(model, eo, device_caps(r.device));
+  eo.kv_budget_bytes = std::max(default_kv_budget_bytes(), f.kv_need);
+}
+
 // The search for this machine (or --hardware) under the budgets, over the
-// placements the device runs.
+// placements the device runs, every candidate checked by the engine
+// (offload/plan_fit.h).
 Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
               const EngineOptions& eo, Policy p, RunPlan& plan) {
   const bool gpu = parse_device_name(r.device) >= 0;
@@ -71,10 +94,10 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
   const double ram = static_cast<double>(eo.cpu_mem > 0 ? eo.cpu_mem : available_ram_bytes());
   if (hw.unified_memory()) {
     b.gpu = 0;
-    b.cpu = kSearchRamShare * (ram + static_cast<double>(eo.gpu_mem));
+    b.cpu = ram + static_cast<double>(eo.gpu_mem);
   } else {
     b.gpu = eo.gpu_mem > 0 ? static_cast<double>(eo.gpu_mem) : hw.gpu_mem;
-    b.cpu = kSearchRamShare * ram;
+    b.cpu = ram;
   }
   if (eo.disk_mem > 0) {
     b.disk = static_cast<double>(eo.disk_mem);
@@ -96,6 +119,24 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
     for (size_t i = 0; i < kNumShares; ++i) so.fixed[i] = r.placement->share[i];
   }
   so.max_block_size = std::max<int64_t>(1, run.max_block);
+  const DeviceCaps caps = device_caps(r.device);
+  const uint64_t device_bytes = hw.unified_memory() ? 0 : static_cast<uint64_t>(hw.gpu_mem);
+  so.engine_fit = [&](const Policy& candidate) {
+    EngineOptions e = eo;
+    apply_policy(candidate, run, e);
+    size_kv_budget(r, model, e);
+    const PlanFit f = plan_fit(model, e, caps, device_bytes);
+    EngineFit out;
+    out.refused = !f.refusal.empty();
+    out.kv_short = f.kv_need > f.kv_budget;
+    // The engine's tiers as the cost model names them: on a device computing
+    // on host RAM, the RAM is the cpu tier.
+    out.need = {static_cast<double>(f.need.device), static_cast<double>(f.need.ram),
+                static_cast<double>(f.need.disk)};
+    out.budget = {static_cast<double>(f.budget.device), static_cast<double>(f.budget.ram),
+                  static_cast<double>(f.budget.disk)};
+    return out;
+  };
   const SearchResult sr = search_policy(shape, hw, work, b, so);
   p = normalize_policy(sr.policy, hw);
   spdlog::info(
@@ -155,16 +196,8 @@ RunPlan resolve_plan(const PlanRequest& r, const Model& model, const RunShape& r
   }
   plan.policy = p;
 
-  eo.gpu_batch_size = p.gpu_batch_size;
-  eo.num_gpu_batches = p.num_gpu_batches;
-  eo.placement = p.placement;
-  eo.cpu_attention = p.cpu_attention;
-  if (!eo.weight_dtype) eo.weight_dtype = dtype_of(p.compress_weight, "compress_weight");
-  if (!is_quantized(eo.kv_dtype)) {
-    if (const auto t = dtype_of(p.compress_kv, "compress_kv")) eo.kv_dtype = *t;
-  }
-  eo.plan_prompt_tokens = run.max_prompt;
-  eo.plan_new_tokens = run.gen;
+  apply_policy(p, run, eo);
+  size_kv_budget(r, model, eo);
   return plan;
 }
 

@@ -176,7 +176,19 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double w_layer = layer_elems * w_bytes;  // one layer's weights
   const double w_head = head_elems * w_bytes;    // the output head
   const double w_total = L * w_layer + static_cast<double>(shape.global_weight_elems()) * w_bytes;
-  const double w_stream = std::max(w_layer, w_head);  // largest unit streamed at once
+  // Staging of one column holds its streamed share f, cut at tensor
+  // boundaries: up to f of the column plus its largest tensor, never more
+  // than the column, and the embeddings or the head whole (one tensor each):
+  // max(min(f * w_layer + t_layer, w_layer), w_head). The affine bound used
+  // runs from its value at f = 0 (a granule held once anything streams) with
+  // the slope to its value at 1, raised by the most that line falls short
+  // (at the kink f = 1 - t_layer / w_layer).
+  const double t_layer = static_cast<double>(shape.largest_layer_matrix_elems()) * w_bytes;
+  const double stage_at_0 = std::max(t_layer, w_head);
+  const double stage_at_1 = std::max(w_layer, w_head);
+  const double stage_short = w_layer > 0 ? t_layer * (stage_at_1 - stage_at_0) / w_layer : 0;
+  const double stage_granule = stage_at_0 + stage_short;
+  const double stage_per_share = stage_at_1 - stage_at_0;
   const double kv_token = 2 * kv_dim * kv_bytes;      // K and V of one token in one layer
   const double hid_token = h * a;                     // hidden state of one token
   const double flops_layer = 2 * layer_elems;         // per token
@@ -319,7 +331,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     // and out, the KV of a micro-batch going out (prefill) or coming in
     // (decode without CPU attention), and the working memory.
     TierMemory& dm = m.memory[static_cast<int>(dev)][ph];
-    dm.buffers += (2 * w_stream) * off(W);
+    dm.buffers += (2 * stage_per_share) * off(W);
     dm.buffers += (2 * hid_token * act_tokens * g) * off(ACT);
     if (pre) {
       dm.buffers += (kv_token * s * g) * off(KV);
@@ -331,7 +343,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       // Host: relays of what comes from or goes to disk, and the CPU
       // attention's scores and q/out of one micro-batch.
       TierMemory& cm = m.memory[static_cast<int>(Tier::kCpu)][ph];
-      cm.buffers += (2 * w_stream) * disk(W);
+      cm.buffers += (2 * stage_per_share) * disk(W);
       cm.buffers += (2 * hid_token * act_tokens * g) * disk(ACT);
       cm.buffers += (pre ? kv_token * s * g : 2 * kv_token * ctx_stage * g) * disk(KV);
       if (!pre && cpu_attention)
@@ -339,12 +351,33 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     }
   }
 
+  m.staging_granule[static_cast<int>(dev)] = 2 * stage_granule;
+  if (!unified) m.staging_granule[static_cast<int>(Tier::kCpu)] = 2 * stage_granule;
   if (unified) {
     m.forced[static_cast<int>(Share::kWGpu)] = 0;
     m.forced[static_cast<int>(Share::kKvGpu)] = 0;
     m.forced[static_cast<int>(Share::kActGpu)] = 0;
   }
   return m;
+}
+
+WeightPath CostModel::weight_path(const Placement& x) const {
+  // Shares below this are solver residue: the engine places no tensor there.
+  constexpr double kNone = 1e-7;
+  const Placement f = x.folded(hw.unified_memory());
+  if (f.disk(DataKind::kWeights) > kNone) return WeightPath::kFromDisk;
+  if (!hw.unified_memory() && 1 - f[Share::kWGpu] > kNone) return WeightPath::kFromRam;
+  return WeightPath::kResident;
+}
+
+double CostModel::granule(int tier, WeightPath path) const {
+  const int dev = static_cast<int>(hw.unified_memory() ? Tier::kCpu : Tier::kGpu);
+  if (tier == dev) return path == WeightPath::kResident ? 0 : staging_granule[tier];
+  return path == WeightPath::kFromDisk ? staging_granule[tier] : 0;
+}
+
+double CostModel::bytes(int tier, int phase, const Placement& x) const {
+  return memory[tier][phase].total()(x) + granule(tier, weight_path(x));
 }
 
 Prediction evaluate(const CostModel& m, const Policy& policy_in, const Budgets& budgets) {
@@ -387,14 +420,14 @@ Prediction evaluate(const CostModel& m, const Policy& policy_in, const Budgets& 
     u.used = !(m.hw.unified_memory() && t == static_cast<int>(Tier::kGpu));
     const TierMemory& pre = m.memory[t][0];
     const TierMemory& dec = m.memory[t][1];
-    u.prefill = pre.total()(x);
-    u.decode = dec.total()(x);
+    u.prefill = m.bytes(t, 0, x);
+    u.decode = m.bytes(t, 1, x);
     const TierMemory& peak = u.decode >= u.prefill ? dec : pre;
     u.peak = std::max(u.prefill, u.decode);
     u.weights = peak.weights(x);
     u.kv_cache = peak.kv_cache(x);
     u.activations = peak.activations(x);
-    u.buffers = peak.buffers(x);
+    u.buffers = peak.buffers(x) + m.granule(t, m.weight_path(x));
     if (u.over()) p.fits = false;
   }
   return p;

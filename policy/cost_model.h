@@ -105,11 +105,18 @@ struct StepCost {
 
 // Bytes one tier holds in one phase, by what they are. `buffers` are the
 // double buffers of streamed weights, KV and activations, staging for disk
-// relays, and the working memory of one micro-batch.
+// relays, and the working memory of one micro-batch; beyond them a tier that
+// stages weights holds the constant CostModel::staging_granule.
 struct TierMemory {
   Affine weights, kv_cache, activations, buffers;
   Affine total() const { return weights + kv_cache + activations + buffers; }
 };
+
+// How the weights reach the compute device: all resident where it computes,
+// streamed from RAM only (a device with memory of its own), or streamed with
+// a share from disk. The placement LP solves each case on its own, since a
+// tier's staging is a constant once anything streams through it.
+enum class WeightPath : uint8_t { kResident, kFromRam, kFromDisk };
 
 // Everything the model predicts for one choice of batch sizes, attention and
 // compression, as affine functions of the fractions.
@@ -123,6 +130,19 @@ struct CostModel {
   // Shares the device fixes: with a CPU device the gpu tier is RAM and the
   // gpu fractions are 0 (RAM-resident data counts as cpu).
   PlacementPins forced;
+  // Staging buffers hold whole tensors (the engine cuts a unit's shares at
+  // tensor boundaries, and the embeddings and the head are one tensor each),
+  // so a tier that stages weights holds these bytes beyond the
+  // share-proportional part of its buffers: the device tier when any weights
+  // are off it, the host tier of a separate-memory device when any are on
+  // disk.
+  std::array<double, kNumTiers> staging_granule{};
+
+  // The path at x; the granule tier t holds on a path.
+  WeightPath weight_path(const Placement& x) const;
+  double granule(int tier, WeightPath path) const;
+  // Bytes of tier t in phase ph at x, its granule included.
+  double bytes(int tier, int phase, const Placement& x) const;
 
   double prefill_seconds(const Placement& x) const;  // one block
   double decode_seconds(const Placement& x) const;

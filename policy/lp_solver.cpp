@@ -102,9 +102,14 @@ LinearProgram::Status LinearProgram::solve() {
     glp_adv_basis(prob_.get(), 0);
     solved_once_ = true;
   }
+  // A warm-started simplex can cycle on a degenerate program; these programs
+  // need tens of iterations, so a limit far above that ends a cycle.
+  parm.it_lim = 100 * (glp_get_num_rows(prob_.get()) + glp_get_num_cols(prob_.get())) + 1000;
   int rc = glp_simplex(prob_.get(), &parm);
   if (rc != 0) {
-    // A singular or ill-conditioned basis: start over from a fresh one.
+    // A singular or ill-conditioned basis, or a cycle: start over from a
+    // fresh one.
+    glp_scale_prob(prob_.get(), GLP_SF_AUTO);
     glp_std_basis(prob_.get());
     rc = glp_simplex(prob_.get(), &parm);
     if (rc != 0) return Status::kFailed;

@@ -1,6 +1,8 @@
 // Model shapes: presets and checks; see model_shape.h.
 #include "policy/model_shape.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -17,6 +19,10 @@ int64_t ModelShape::layer_weight_elems() const {
                        + q_dim() * hidden;      // o
   const int64_t ffn = (gated_ffn ? 3 : 2) * hidden * n_ff;
   return attn + ffn;
+}
+
+int64_t ModelShape::largest_layer_matrix_elems() const {
+  return hidden * std::max(q_dim() + 2 * kv_dim(), n_ff);
 }
 
 int64_t ModelShape::global_weight_elems() const {

@@ -52,6 +52,9 @@ struct ModelShape {
   // Elements of the matrices of one layer: q, k, v, o and the FFN. Norms and
   // biases (under 0.1% of a layer) are left out, as in FlexGen's model.
   int64_t layer_weight_elems() const;
+  // The largest matrix of a layer, counted as if q, k and v were one
+  // tensor (some formats fuse them) beside the FFN's.
+  int64_t largest_layer_matrix_elems() const;
   // The output head [vocab, hidden].
   int64_t head_weight_elems() const { return vocab * hidden; }
   // Token embedding plus the output head when it is not tied.

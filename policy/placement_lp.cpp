@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -42,9 +44,17 @@ void add_step(Program& p, int t_var, const StepCost& step) {
   }
 }
 
-// Builds the variables, the step rows and the fraction rows; memory rows are
-// added by the callers (they differ in which tiers are relaxed).
-void build_program(Program& p, const CostModel& m, const PlacementPins& fixed) {
+// The paths a device has: a device computing on host RAM has no RAM-only
+// path (its RAM is where it computes).
+std::vector<WeightPath> paths_of(const CostModel& m) {
+  if (m.hw.unified_memory()) return {WeightPath::kResident, WeightPath::kFromDisk};
+  return {WeightPath::kResident, WeightPath::kFromRam, WeightPath::kFromDisk};
+}
+
+// Builds the variables, the step rows, the fraction rows and the rows that
+// keep the weights on `path`; memory rows are added by the callers (they
+// differ in which tiers are relaxed).
+void build_program(Program& p, const CostModel& m, const PlacementPins& fixed, WeightPath path) {
   for (int i = 0; i < kNumShares; ++i) {
     p.x[i] = p.lp.add_var(0, 1, std::string(share_name(static_cast<Share>(i))));
     std::optional<double> pin = m.forced[i] ? m.forced[i] : fixed[i];
@@ -52,6 +62,13 @@ void build_program(Program& p, const CostModel& m, const PlacementPins& fixed) {
   }
   for (int kind = 0; kind < 3; ++kind) {
     p.lp.add_le({{p.x[2 * kind], 1.0}, {p.x[2 * kind + 1], 1.0}}, 1.0);
+  }
+  const int w_gpu = p.x[static_cast<int>(Share::kWGpu)], w_cpu = p.x[static_cast<int>(Share::kWCpu)];
+  const bool resident_on_gpu = path == WeightPath::kResident && !m.hw.unified_memory();
+  if (resident_on_gpu) {
+    p.lp.add_ge({{w_gpu, 1.0}}, 1.0);
+  } else if (path != WeightPath::kFromDisk) {
+    p.lp.add_ge({{w_gpu, 1.0}, {w_cpu, 1.0}}, 1.0);  // nothing on disk
   }
   const double inf = std::numeric_limits<double>::infinity();
   p.t_prefill_layer = p.lp.add_var(0, inf, "t_prefill_layer");
@@ -80,11 +97,17 @@ double budget_of(const Budgets& b, int t) {
   return t == 0 ? b.gpu : (t == 1 ? b.cpu : b.disk);
 }
 
-void add_memory_rows(Program& p, const CostModel& m, const Budgets& budgets, int relaxed_tier) {
+// Bytes of tier t in phase ph on `path`, as an affine function.
+Affine tier_bytes(const CostModel& m, int t, int ph, WeightPath path) {
+  return m.memory[t][ph].total() + affine_constant(m.granule(t, path));
+}
+
+void add_memory_rows(Program& p, const CostModel& m, const Budgets& budgets, int relaxed_tier,
+                     WeightPath path) {
   for (int t = 0; t < kNumTiers; ++t) {
     if (!tier_used(m, t) || t == relaxed_tier) continue;
     for (int ph = 0; ph < kNumPhases; ++ph) {
-      const Affine bytes = m.memory[t][ph].total();
+      const Affine bytes = tier_bytes(m, t, ph, path);
       // Scale the row to about 1 so that the simplex's relative tolerance
       // (1e-7) is a tolerance on the budget, not on a GiB.
       double scale = std::max({budget_of(budgets, t), std::fabs(bytes.constant), 1.0});
@@ -96,10 +119,10 @@ void add_memory_rows(Program& p, const CostModel& m, const Budgets& budgets, int
 }
 
 // Adds m_t >= bytes of tier t in each phase; returns m_t's variable (GiB).
-int add_peak_var(Program& p, const CostModel& m, int t) {
+int add_peak_var(Program& p, const CostModel& m, int t, WeightPath path) {
   const int peak = p.lp.add_var(0, std::numeric_limits<double>::infinity(), "peak");
   for (int ph = 0; ph < kNumPhases; ++ph) {
-    const Affine bytes = m.memory[t][ph].total();
+    const Affine bytes = tier_bytes(m, t, ph, path);
     LinearProgram::Coeffs row = affine_row(p, (-1.0) * bytes, 1 / kGiB);
     row.emplace_back(peak, 1.0);
     p.lp.add_ge(row, bytes.constant / kGiB);
@@ -122,23 +145,23 @@ Placement read_fractions(const Program& p) {
 std::string largest_part(const CostModel& m, int t, const Placement& x) {
   const TierMemory& pre = m.memory[t][0];
   const TierMemory& dec = m.memory[t][1];
-  const TierMemory& tm = dec.total()(x) >= pre.total()(x) ? dec : pre;
+  const TierMemory& tm = m.bytes(t, 1, x) >= m.bytes(t, 0, x) ? dec : pre;
+  const double buffers = tm.buffers(x) + m.granule(t, m.weight_path(x));
   const std::pair<const char*, double> parts[] = {{"weights", tm.weights(x)},
                                                   {"KV cache", tm.kv_cache(x)},
                                                   {"activations", tm.activations(x)},
-                                                  {"buffers", tm.buffers(x)}};
+                                                  {"buffers", buffers}};
   return std::max_element(std::begin(parts), std::end(parts),
                           [](const auto& a, const auto& b) { return a.second < b.second; })
       ->first;
 }
 
-}  // namespace
-
-PlacementResult solve_placement(const CostModel& m, const Budgets& budgets,
-                                const PlacementPins& fixed) {
+// The placement LP with the weights kept on `path`.
+PlacementResult solve_on_path(const CostModel& m, const Budgets& budgets,
+                              const PlacementPins& fixed, WeightPath path) {
   Program p;
-  build_program(p, m, fixed);
-  add_memory_rows(p, m, budgets, -1);
+  build_program(p, m, fixed, path);
+  add_memory_rows(p, m, budgets, -1, path);
   p.lp.minimize(p.time_objective);
   PlacementResult r;
   const LinearProgram::Status st = p.lp.solve();
@@ -165,14 +188,18 @@ PlacementResult solve_placement(const CostModel& m, const Budgets& budgets,
     tie.emplace_back(p.x[2 * kind], -2 * sizes[kind] / total);
     tie.emplace_back(p.x[2 * kind + 1], -1 * sizes[kind] / total);
   }
-  p.lp.add_le(p.time_objective, best * (1 + kKeepOptimum) + 1e-15);
+  // The time row scaled to about 1, like the memory rows.
+  const double time_scale = best > 0 ? 1 / best : 1.0;
+  LinearProgram::Coeffs keep = p.time_objective;
+  for (auto& [var, c] : keep) c *= time_scale;
+  p.lp.add_le(keep, best * time_scale * (1 + kKeepOptimum) + 1e-15);
   p.lp.minimize(tie);
   if (p.lp.solve() != LinearProgram::Status::kOptimal) {
     // Cannot happen (the first optimum is feasible); fall back to it.
     spdlog::debug("policy LP: tie-break solve failed; using the first optimum");
     Program again;
-    build_program(again, m, fixed);
-    add_memory_rows(again, m, budgets, -1);
+    build_program(again, m, fixed, path);
+    add_memory_rows(again, m, budgets, -1, path);
     again.lp.minimize(again.time_objective);
     STRATA_ASSERT(again.lp.solve() == LinearProgram::Status::kOptimal);
     r.x = read_fractions(again);
@@ -184,47 +211,71 @@ PlacementResult solve_placement(const CostModel& m, const Budgets& budgets,
   return r;
 }
 
+}  // namespace
+
+PlacementResult solve_placement(const CostModel& m, const Budgets& budgets,
+                                const PlacementPins& fixed) {
+  // The fastest path; on a tie the earlier one (fewer bytes streamed).
+  PlacementResult best;
+  for (const WeightPath path : paths_of(m)) {
+    const PlacementResult r = solve_on_path(m, budgets, fixed, path);
+    if (r.feasible && (!best.feasible || r.seconds_per_token < best.seconds_per_token * (1 - 1e-9)))
+      best = r;
+  }
+  return best;
+}
+
 std::array<TierNeed, kNumTiers> min_tier_needs(const CostModel& m, const Budgets& budgets,
                                                const PlacementPins& fixed) {
   std::array<TierNeed, kNumTiers> needs;
   for (int t = 0; t < kNumTiers; ++t) {
     if (!tier_used(m, t)) continue;
-    Program p;
-    build_program(p, m, fixed);
-    add_memory_rows(p, m, budgets, t);
-    const int peak = add_peak_var(p, m, t);
-    p.lp.minimize({{peak, 1.0}});
-    if (p.lp.solve() != LinearProgram::Status::kOptimal) continue;
-    needs[t].possible = true;
-    needs[t].bytes = p.lp.value(peak) * kGiB;
-    needs[t].what = largest_part(m, t, read_fractions(p));
+    for (const WeightPath path : paths_of(m)) {
+      Program p;
+      build_program(p, m, fixed, path);
+      add_memory_rows(p, m, budgets, t, path);
+      const int peak = add_peak_var(p, m, t, path);
+      p.lp.minimize({{peak, 1.0}});
+      if (p.lp.solve() != LinearProgram::Status::kOptimal) continue;
+      const double bytes = p.lp.value(peak) * kGiB;
+      if (needs[t].possible && bytes >= needs[t].bytes) continue;
+      needs[t].possible = true;
+      needs[t].bytes = bytes;
+      needs[t].what = largest_part(m, t, read_fractions(p));
+    }
   }
   return needs;
 }
 
 std::array<TierNeed, kNumTiers> min_joint_needs(const CostModel& m, const Budgets& budgets,
                                                 const PlacementPins& fixed) {
+  // The path with the least total excess.
   std::array<TierNeed, kNumTiers> needs;
-  Program p;
-  build_program(p, m, fixed);
-  std::array<int, kNumTiers> peak{-1, -1, -1};
-  LinearProgram::Coeffs objective;
-  for (int t = 0; t < kNumTiers; ++t) {
-    if (!tier_used(m, t)) continue;
-    peak[t] = add_peak_var(p, m, t);
-    // excess_t >= peak_t - budget_t, excess_t >= 0
-    const int excess = p.lp.add_var(0, std::numeric_limits<double>::infinity(), "excess");
-    p.lp.add_ge({{excess, 1.0}, {peak[t], -1.0}}, -budget_of(budgets, t) / kGiB);
-    objective.emplace_back(excess, 1.0);
-  }
-  p.lp.minimize(objective);
-  if (p.lp.solve() != LinearProgram::Status::kOptimal) return needs;
-  const Placement x = read_fractions(p);
-  for (int t = 0; t < kNumTiers; ++t) {
-    if (peak[t] < 0) continue;
-    needs[t].possible = true;
-    needs[t].bytes = p.lp.value(peak[t]) * kGiB;
-    needs[t].what = largest_part(m, t, x);
+  double least_excess = std::numeric_limits<double>::infinity();
+  for (const WeightPath path : paths_of(m)) {
+    Program p;
+    build_program(p, m, fixed, path);
+    std::array<int, kNumTiers> peak{-1, -1, -1};
+    LinearProgram::Coeffs objective;
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (!tier_used(m, t)) continue;
+      peak[t] = add_peak_var(p, m, t, path);
+      // excess_t >= peak_t - budget_t, excess_t >= 0
+      const int excess = p.lp.add_var(0, std::numeric_limits<double>::infinity(), "excess");
+      p.lp.add_ge({{excess, 1.0}, {peak[t], -1.0}}, -budget_of(budgets, t) / kGiB);
+      objective.emplace_back(excess, 1.0);
+    }
+    p.lp.minimize(objective);
+    if (p.lp.solve() != LinearProgram::Status::kOptimal) continue;
+    if (p.lp.objective() >= least_excess) continue;
+    least_excess = p.lp.objective();
+    const Placement x = read_fractions(p);
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (peak[t] < 0) continue;
+      needs[t].possible = true;
+      needs[t].bytes = p.lp.value(peak[t]) * kGiB;
+      needs[t].what = largest_part(m, t, x);
+    }
   }
   return needs;
 }

@@ -6,7 +6,10 @@
 // of its bounds (the max written as inequalities); each tier's bytes in each
 // phase are at most its budget. Ties are broken by a second solve that keeps
 // the optimal time and moves as little data as possible off the device, so
-// an unbinding term never leaves data on a slower tier.
+// an unbinding term never leaves data on a slower tier. The weights' staging
+// is a constant once anything streams (CostModel::staging_granule), so the
+// program is solved once per WeightPath (all resident, from RAM, from disk)
+// with that path's constants and rows, and the fastest path wins.
 #pragma once
 
 #include <array>

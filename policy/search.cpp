@@ -44,11 +44,53 @@ class Searcher {
     const auto key = std::make_tuple(gbs, nb, cpu_attention);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
     const CostModel m = build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, cpu_attention));
-    const PlacementResult r = solve_placement(m, budgets_, opts_.fixed);
+    PlacementResult r = solve_placement(m, budgets_, opts_.fixed);
     ++n_lp_;
+    if (r.feasible && opts_.engine_fit) r = engine_checked(m, gbs, nb, cpu_attention, r);
     Candidate c{r.feasible, r.seconds_per_token, r.x};
     cache_.emplace(key, c);
     return c;
+  }
+
+  // The LP's placement `r` checked with the engine (SearchOptions::engine_fit).
+  // Where the engine needs more of a tier than the cost model counts at that
+  // placement, the difference (the largest seen, plus a little) is taken off
+  // that tier's LP budget and the LP solved again, for a few rounds. The
+  // engine places whole tensors, so its bytes move in steps; the margin
+  // doubles each round to cross them.
+  PlacementResult engine_checked(const CostModel& m, int64_t gbs, int64_t nb, bool att,
+                                 PlacementResult r) {
+    constexpr int kRounds = 8;
+    double margin = 1e-3;  // of the budget
+    std::array<double, kNumTiers> uncounted{};
+    for (int round = 0; round < kRounds && r.feasible; ++round) {
+      Policy p = policy_for(gbs, nb, att);
+      p.placement = r.x;
+      const EngineFit f = opts_.engine_fit(normalize_policy(p, hw_));
+      if (f.fits()) return r;
+      spdlog::debug(
+          "policy search: {} x {}{}: the engine {} (needs gpu {} / {}, cpu {} / {}, disk {} / {})",
+          gbs, nb, att ? " with CPU attention" : "",
+          f.refused ? "refuses it" : f.kv_short ? "has too small a KV budget" : "finds a tier short",
+          format_bytes(f.need[0]), format_bytes(f.budget[0]), format_bytes(f.need[1]),
+          format_bytes(f.budget[1]), format_bytes(f.need[2]), format_bytes(f.budget[2]));
+      if (f.refused || f.kv_short) break;
+      Budgets b = budgets_;
+      double* budget[] = {&b.gpu, &b.cpu, &b.disk};
+      for (int t = 0; t < kNumTiers; ++t) {
+        const size_t i = static_cast<size_t>(t);
+        if (f.need[i] > f.budget[i]) {
+          const double counted = std::max(m.bytes(t, 0, r.x), m.bytes(t, 1, r.x));
+          uncounted[i] = std::max(uncounted[i], f.need[i] - counted) + margin * *budget[t];
+        }
+        *budget[t] -= uncounted[i];
+      }
+      margin *= 2;
+      r = solve_placement(m, b, opts_.fixed);
+      ++n_lp_;
+    }
+    r.feasible = false;
+    return r;
   }
 
   void consider(int64_t gbs, int64_t nb, bool att, const Candidate& c) {

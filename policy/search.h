@@ -14,7 +14,9 @@
 // up to it.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -22,6 +24,22 @@
 #include "policy/placement_lp.h"
 
 namespace strata {
+
+// The engine's own answer about a candidate policy (plan/run_plan.h asks the
+// offload engine's plan_fit): refused outright, or the bytes it needs of each
+// tier (gpu, cpu, disk as Budgets names them) against its budgets.
+struct EngineFit {
+  bool refused = false;
+  std::array<double, kNumTiers> need{}, budget{};
+  bool kv_short = false;  // the KV cache's own budget (--kv-mem) cannot hold the block
+  bool fits() const {
+    if (refused || kv_short) return false;
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (need[static_cast<size_t>(t)] > budget[static_cast<size_t>(t)]) return false;
+    }
+    return true;
+  }
+};
 
 struct SearchOptions {
   std::optional<int64_t> gpu_batch_size;
@@ -32,6 +50,12 @@ struct SearchOptions {
   int64_t sparse_attention_budget = 0;
   PlacementPins fixed;            // shares pinned by the caller
   int64_t max_block_size = 4096;  // sequences per block at most
+  // When set, every candidate the LP places is checked with the engine: a
+  // refusal makes it infeasible; a tier the engine finds short has its LP
+  // budget lowered by the shortfall and the LP solved again (a few rounds).
+  // So the search returns only policies the engine runs, with memory counted
+  // as the engine counts it.
+  std::function<EngineFit(const Policy&)> engine_fit;
 };
 
 struct SearchResult {

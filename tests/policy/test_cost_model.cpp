@@ -35,6 +35,14 @@ constexpr double kLayerElems = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128;  
 constexpr double kWl = 2 * kLayerElems;      // bytes of one layer
 constexpr double kWh = 2 * 100 * 64;         // output head
 constexpr double kWtot = 2 * kWl + 2 * kWh;  // layers + embedding + head (untied)
+// Weight staging: a column's streamed share cut at tensor boundaries. The
+// largest matrix of a layer is 64 x 128 (q, k and v together, or one of the
+// feed-forward matrices), larger than the head; staging runs from it at share
+// 0 to a whole layer at share 1, raised by the most that line falls short of
+// min(f * kWl + kTl, kWl) (at f = 1 - kTl / kWl), double-buffered.
+constexpr double kTl = 2 * 64 * 128;
+constexpr double kStageSlope = kWl - kTl;
+constexpr double kStageGranule = 2 * (kTl + kTl * (kWl - kTl) / kWl);
 constexpr double kKt = 2 * 32 * 2;           // K+V bytes per token per layer
 constexpr double kHt = 64 * 2;               // hidden bytes per token
 
@@ -171,20 +179,31 @@ TEST(PolicyCostModel, MemoryPerTierByHand) {
   EXPECT_REL(m.memory[disk][dec].kv_cache(x), kKt * (s + n) * B * L * 0.25);
   EXPECT_REL(m.memory[gpu][pre].activations(x), kHt * s * B * 0.5);
   EXPECT_REL(m.memory[cpu][dec].activations(x), kHt * B * 0.5);
-  // Device buffers in decode: weight double buffer, activation staging,
-  // a micro-batch's KV double-buffered in, the working set of one micro-batch.
-  const double w_stream = std::max(kWl, kWh);
-  EXPECT_REL(m.memory[gpu][dec].buffers(x), 2 * w_stream * 0.75 + 2 * kHt * g * 0.5 +
+  // Device buffers in decode: the weight double buffer's share-proportional
+  // part, activation staging, a micro-batch's KV double-buffered in, the
+  // working set of one micro-batch.
+  EXPECT_REL(m.memory[gpu][dec].buffers(x), 2 * kStageSlope * 0.75 + 2 * kHt * g * 0.5 +
                                                 2 * kKt * (s + n) * g * 0.5 + working(g, 1, s + n));
   EXPECT_REL(m.memory[gpu][pre].buffers(x),
-             2 * w_stream * 0.75 + 2 * kHt * s * g * 0.5 + kKt * s * g * 0.5 + working(g, s, s));
+             2 * kStageSlope * 0.75 + 2 * kHt * s * g * 0.5 + kKt * s * g * 0.5 + working(g, s, s));
   // Host relays for what lives on disk.
-  EXPECT_REL(m.memory[cpu][dec].buffers(x), 2 * w_stream * 0.25 + 2 * kKt * (s + n) * g * 0.25);
+  EXPECT_REL(m.memory[cpu][dec].buffers(x), 2 * kStageSlope * 0.25 + 2 * kKt * (s + n) * g * 0.25);
   EXPECT_EQ(m.memory[disk][dec].buffers(x), 0);
+  // Weights stream from disk: the device and the host each hold the granule.
+  EXPECT_EQ(m.weight_path(x), WeightPath::kFromDisk);
+  EXPECT_REL(m.granule(gpu, WeightPath::kFromDisk), kStageGranule);
+  EXPECT_REL(m.granule(cpu, WeightPath::kFromDisk), kStageGranule);
+  EXPECT_EQ(m.granule(cpu, WeightPath::kFromRam), 0);
+  EXPECT_EQ(m.granule(gpu, WeightPath::kResident), 0);
+  EXPECT_EQ(m.granule(disk, WeightPath::kFromDisk), 0);
 
   const Prediction p = evaluate(m, t.pol, budgets_of(t.hw));
   EXPECT_REL(p.memory[gpu].peak,
-             std::max(m.memory[gpu][pre].total()(x), m.memory[gpu][dec].total()(x)));
+             std::max(m.memory[gpu][pre].total()(x), m.memory[gpu][dec].total()(x)) +
+                 kStageGranule);
+  EXPECT_REL(p.memory[cpu].peak,
+             std::max(m.memory[cpu][pre].total()(x), m.memory[cpu][dec].total()(x)) +
+                 kStageGranule);
   EXPECT_TRUE(p.fits);
 }
 
@@ -238,15 +257,16 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
   const Placement x = norm.placement;
   for (const CostTerm& term : m.decode_layer.terms) EXPECT_NE(term.name, "cpu->gpu");
   // Only disk streams: double buffer of the disk share of weights, in RAM.
-  const double w_stream = std::max(kWl, kWh);
+  EXPECT_EQ(m.weight_path(x), WeightPath::kFromDisk);
+  EXPECT_REL(m.granule(1, WeightPath::kFromDisk), kStageGranule);
   const Prediction p = evaluate(m, t.pol, budgets_of(t.hw));
   EXPECT_FALSE(p.memory[0].used);
   EXPECT_EQ(p.memory[0].peak, 0);
   const double g = 2, s = 8, n = 4;
   EXPECT_REL(m.memory[1][1].buffers(x),
-             2 * w_stream * 0.25 + 2 * kKt * (s + n) * g * 0.25 + working(g, 1, s + n));
+             2 * kStageSlope * 0.25 + 2 * kKt * (s + n) * g * 0.25 + working(g, 1, s + n));
   EXPECT_REL(m.memory[1][0].buffers(x),
-             2 * w_stream * 0.25 + kKt * s * g * 0.25 + working(g, s, s));
+             2 * kStageSlope * 0.25 + kKt * s * g * 0.25 + working(g, s, s));
   EXPECT_REL(m.memory[1][1].weights(x), kWtot * 0.75);
   EXPECT_REL(term(m.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 10 * 6 * 0.25) / 100);
 }

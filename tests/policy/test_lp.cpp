@@ -88,7 +88,7 @@ TEST(PolicyPlacementLp, EverythingOnTheGpuWhenItFits) {
 // the LP fills the GPU, then the CPU, and leaves exactly the rest on disk.
 TEST(PolicyPlacementLp, WeightsLargerThanGpuAndCpuSpillExactlyToDisk) {
   ModelShape shape = test::tiny_shape();
-  shape.n_layer = 16;  // 1.2 MB of weights; budgets of a few hundred KB
+  shape.n_layer = 32;  // 2.4 MB of weights; budgets of under a MB
   const HardwareProfile hw = test::tiny_gpu();
   Policy batch;
   batch.gpu_batch_size = 2;
@@ -98,8 +98,8 @@ TEST(PolicyPlacementLp, WeightsLargerThanGpuAndCpuSpillExactlyToDisk) {
   Placement target{{0.4, 0.35, 1, 0, 1, 0}};
   Budgets b;
   for (int ph = 0; ph < kNumPhases; ++ph) {
-    b.gpu = std::max(b.gpu, m.memory[0][ph].total()(target));
-    b.cpu = std::max(b.cpu, m.memory[1][ph].total()(target));
+    b.gpu = std::max(b.gpu, m.bytes(0, ph, target));  // staging granules included
+    b.cpu = std::max(b.cpu, m.bytes(1, ph, target));
   }
   b.disk = 1e12;
   PlacementPins fixed;
