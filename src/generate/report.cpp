@@ -2,6 +2,7 @@
 #include "generate/report.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -89,12 +90,33 @@ nlohmann::ordered_json RunReport::to_json() const {
       p["decode_layer_terms_s"] = predicted->decode_layer_terms;
     }
     if (!predicted->workload.is_null()) p["workload"] = predicted->workload;
+    if (auto e = prediction_error()) p["total_error"] = *e;
     j["predicted"] = p;
   }
   if (extra.is_object()) {
     for (const auto& [k, v] : extra.items()) j[k] = v;
   }
   return j;
+}
+
+std::optional<double> RunReport::prediction_error() const {
+  if (!predicted || predicted->total_tokens_per_s <= 0) return std::nullopt;
+  const auto measured = rate(static_cast<double>(engine.generated_tokens), total_s);
+  if (!measured) return std::nullopt;
+  return *measured / predicted->total_tokens_per_s - 1;
+}
+
+std::string RunReport::prediction_warning() const {
+  const auto e = prediction_error();
+  if (!e || std::fabs(*e) <= kPredictionTolerance) return "";
+  std::string profile;
+  if (predicted->workload.is_object() && predicted->workload.contains("hardware"))
+    profile = fmt::format(" ({})", predicted->workload["hardware"].get<std::string>());
+  return fmt::format(
+      "measured total {:.1f} tok/s is {:.0f}% {} the predicted {:.1f}: if the hardware "
+      "profile{} is old or from another machine, measure this one again (strata profile)",
+      (1 + *e) * predicted->total_tokens_per_s, std::fabs(*e) * 100, *e > 0 ? "above" : "below",
+      predicted->total_tokens_per_s, profile);
 }
 
 void RunReport::print(std::FILE* out) const {
@@ -139,6 +161,7 @@ void RunReport::print(std::FILE* out) const {
     row("predicted decode", fmt::format("{:.1f} tok/s", predicted->decode_tokens_per_s));
     row("predicted total", fmt::format("{:.1f} tok/s", predicted->total_tokens_per_s));
     if (!predicted->bound.empty()) row("predicted bound", predicted->bound);
+    if (const std::string w = prediction_warning(); !w.empty()) row("prediction", w);
   }
   std::fflush(out);
 }

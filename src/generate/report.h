@@ -5,7 +5,8 @@
 //   model, policy, hardware, n_prompts, prompt_tokens, generated_tokens,
 //   prefill_s, decode_s, total_s, prefill_tokens_per_s, decode_tokens_per_s,
 //   total_tokens_per_s, links {name: {bytes, busy_s, gb_per_s}},
-//   peak_bytes {tier: bytes}, queue_busy {queue: share}, predicted {...}.
+//   peak_bytes {tier: bytes}, queue_busy {queue: share}, predicted {...}
+//   (with total_error, measured over predicted total less 1).
 // Throughputs follow FlexGen: prefill = prompt tokens / prefill time; decode =
 // tokens sampled after decode steps (generated minus the one token per
 // sequence sampled from the prefill logits) / decode time; total = generated
@@ -51,6 +52,14 @@ struct RunReport {
   std::optional<PredictedThroughput> predicted;
   nlohmann::ordered_json
       extra;  // further top-level fields, after the stable ones (bench: workload, repeats)
+
+  // Measured total throughput over the predicted one, less 1 (+0.3: 30%
+  // faster than predicted); empty without a prediction or a measured total.
+  std::optional<double> prediction_error() const;
+  // One line when |prediction_error()| exceeds kPredictionTolerance, naming
+  // both rates and suggesting a new profile; empty otherwise.
+  std::string prediction_warning() const;
+  static constexpr double kPredictionTolerance = 0.25;
 
   nlohmann::ordered_json to_json() const;
   // The readable table.

@@ -488,6 +488,41 @@ TEST(Report, JsonHasTheStableNames) {
   EXPECT_NE(table.find("4.00 GB/s"), std::string::npos) << table;
 }
 
+std::string printed(const RunReport& r) {
+  std::FILE* f = std::tmpfile();
+  r.print(f);
+  std::rewind(f);
+  char buf[4096] = {};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  return std::string(buf, n);
+}
+
+TEST(Report, SaysSoWhenTheMeasuredTotalMissesThePredictionByMoreThanAQuarter) {
+  RunReport r;
+  r.engine.generated_tokens = 100;
+  r.total_s = 2.0;  // 50 tok/s measured
+  PredictedThroughput pred;
+  pred.workload = {{"hardware", "this-machine"}};
+  r.predicted = pred;
+  for (const auto& [predicted, warns] :
+       {std::pair{40.0, false}, {62.5, false}, {67.0, true}, {39.0, true}, {100.0, true}}) {
+    r.predicted->total_tokens_per_s = predicted;
+    const double error = 50.0 / predicted - 1;
+    EXPECT_DOUBLE_EQ(*r.prediction_error(), error);
+    EXPECT_DOUBLE_EQ(r.to_json()["predicted"]["total_error"].get<double>(), error);
+    const std::string table = printed(r);
+    EXPECT_EQ(table.find("  prediction ") != std::string::npos, warns) << predicted << "\n" << table;
+    if (warns) {
+      EXPECT_NE(table.find(error > 0 ? "above" : "below"), std::string::npos) << table;
+      EXPECT_NE(table.find("(this-machine)"), std::string::npos) << table;
+    }
+  }
+  r.total_s = 0;  // nothing measured: no error, no line
+  EXPECT_FALSE(r.prediction_error());
+  EXPECT_EQ(printed(r).find("  prediction "), std::string::npos);
+}
+
 TEST(Perplexity, ChunksAndScoresByTheGoldenProcedure) {
   FakeEngine e(vocab(), 1, 64);
   std::vector<int32_t> ids(100);
