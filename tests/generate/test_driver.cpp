@@ -435,6 +435,16 @@ TEST(Driver, SyntheticJobsAvoidSpecialTokensAndRepeat) {
   EXPECT_EQ(s.n_sequences, 5);
 }
 
+std::string printed(const RunReport& r) {
+  std::FILE* f = std::tmpfile();
+  r.print(f);
+  std::rewind(f);
+  char buf[4096] = {};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  return std::string(buf, n);
+}
+
 TEST(Report, JsonHasTheStableNames) {
   RunReport r;
   r.model = "m.gguf";
@@ -476,26 +486,10 @@ TEST(Report, JsonHasTheStableNames) {
   ScratchDir dir;
   r.write_json(dir.file("r.json"));
   EXPECT_EQ(nlohmann::ordered_json::parse(read_text(dir.file("r.json"))), r.to_json());
-  std::FILE* f = std::tmpfile();
-  r.print(f);
-  std::rewind(f);
-  char buf[4096] = {};
-  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  const std::string table(buf, n);
+  const std::string table = printed(r);
   EXPECT_NE(table.find("decode"), std::string::npos);
   EXPECT_NE(table.find("40.0 tok/s"), std::string::npos) << table;
   EXPECT_NE(table.find("4.00 GB/s"), std::string::npos) << table;
-}
-
-std::string printed(const RunReport& r) {
-  std::FILE* f = std::tmpfile();
-  r.print(f);
-  std::rewind(f);
-  char buf[4096] = {};
-  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  return std::string(buf, n);
 }
 
 TEST(Report, SaysSoWhenTheMeasuredTotalMissesThePredictionByMoreThanAQuarter) {

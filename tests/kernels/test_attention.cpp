@@ -26,6 +26,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/cpu_attention_check.h"
 #include "support/all_close.h"
 #include "support/guarded.h"
 #include "support/paged_batch.h"
@@ -42,40 +43,12 @@ using test::AttnCase;
 using test::kAttentionCases;
 using test::PagedBatch;
 const auto elem_bytes = test::kv_elem_bytes;
-const auto stored = test::kv_stored;
 
-// Pages allocated one by one (so they are not contiguous), each with guard
-// bytes after it.
-struct Pool {
-  DType dtype;
-  int64_t page_size, n_kv_head, head_dim, n_pages;
-  std::vector<std::vector<char>> k_mem, v_mem;
-  std::vector<void*> k, v;
-
+// Pages of stored elements, each with guard bytes after it.
+struct Pool : test_support::HostPages {
   Pool(DType t, int64_t ps, int64_t nkv, int64_t hd, int64_t n)
-      : dtype(t), page_size(ps), n_kv_head(nkv), head_dim(hd), n_pages(n) {
-    const size_t bytes = static_cast<size_t>(ps * nkv * hd * elem_bytes(t));
-    for (int64_t i = 0; i < n; ++i) {
-      k_mem.emplace_back(bytes + 64, static_cast<char>(0x7b));
-      v_mem.emplace_back(bytes + 64, static_cast<char>(0x7b));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      k.push_back(k_mem[static_cast<size_t>(i)].data());
-      v.push_back(v_mem[static_cast<size_t>(i)].data());
-    }
-  }
-  KvPages view() const {
-    KvPages p;
-    p.k = const_cast<const void* const*>(k.data());
-    p.v = const_cast<const void* const*>(v.data());
-    p.n_pages = n_pages;
-    p.dtype = dtype;
-    p.page_size = page_size;
-    p.n_kv_head = n_kv_head;
-    p.head_dim = head_dim;
-    return p;
-  }
-  size_t row() const { return static_cast<size_t>(n_kv_head * head_dim); }
+      : HostPages(t, ps, nkv, hd, n, static_cast<size_t>(ps * nkv * hd * elem_bytes(t)),
+                  static_cast<char>(0x7b)) {}
 };
 
 // Sequences (kv_len, n_new) on pages drawn at random from the pool; every key
@@ -97,96 +70,24 @@ PagedBatch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>
 }
 
 // Tolerances of every output element (see the file comment).
-std::vector<double> attention_bound(const Pool& pool, const PagedBatch& b, const std::vector<float>& q,
-                                    int64_t q_stride, int64_t n_head, float scale,
+std::vector<double> attention_bound(const Pool& pool, const PagedBatch& b, int64_t group,
+                                    const float* q, int64_t q_stride, float scale,
                                     const std::vector<double>& ref) {
-  const int64_t hd = pool.head_dim;
-  const int64_t group = n_head / pool.n_kv_head;
-  std::vector<double> tol(ref.size());
-  for (size_t s = 0; s < b.kv_len.size(); ++s) {
-    const int32_t* ids = b.page_ids.data() + b.page_indptr[s];
-    const int64_t n_new = b.q_indptr[s + 1] - b.q_indptr[s];
-    auto at = [&](const std::vector<void*>& pages, int64_t j, int64_t g, int64_t d) {
-      const void* page = pages[static_cast<size_t>(ids[j / pool.page_size])];
-      return stored(pool.dtype, page, (j % pool.page_size * pool.n_kv_head + g) * hd + d);
-    };
-    for (int64_t i = 0; i < n_new; ++i) {
-      const int64_t tok = b.q_indptr[s] + i;
-      const int64_t p = b.kv_len[s] - n_new + i;
-      const int64_t n_keys = p + 1;
-      const int64_t blocks = (n_keys + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
-      for (int64_t h = 0; h < n_head; ++h) {
-        const int64_t g = h / group;
-        const float* qr = q.data() + tok * q_stride + h * hd;
-        std::vector<double> sc(static_cast<size_t>(n_keys));
-        double e_max = 0, mx = -INFINITY, mn = INFINITY;
-        for (int64_t j = 0; j < n_keys; ++j) {
-          double dot = 0, dot_abs = 0;
-          for (int64_t d = 0; d < hd; ++d) {
-            dot += qr[d] * at(pool.k, j, g, d);
-            dot_abs += std::fabs(qr[d] * at(pool.k, j, g, d));
-          }
-          sc[j] = dot * scale;
-          e_max = std::max(e_max, (hd + 2) * kU32 * scale * dot_abs);
-          mx = std::max(mx, sc[j]);
-          mn = std::min(mn, sc[j]);
-        }
-        double l = 0;
-        for (auto& v : sc) l += (v = std::exp(v - mx));
-        const double range = mx - mn + e_max;
-        const double rel = 2 * e_max + 2 * (blocks + 2) * (kExpRelErr + range * kU32) +
-                           (n_keys + 4 * blocks + 6) * kU32;
-        for (int64_t d = 0; d < hd; ++d) {
-          double pv = 0;
-          for (int64_t j = 0; j < n_keys; ++j) pv += sc[j] / l * std::fabs(at(pool.v, j, g, d));
-          const size_t e = static_cast<size_t>((tok * n_head + h) * hd + d);
-          tol[e] = rel * pv + kU32 * std::fabs(ref[e]) + kTiny;
-        }
-      }
-    }
-  }
-  return tol;
+  const test::AttentionHeads a = pool.heads(group);
+  return test::attention_bound(
+      b, a, q, q_stride, scale, ref, test::stored_rows(pool.dtype, pool.k, a),
+      test::stored_rows(pool.dtype, pool.v, a), [](int64_t n_keys, double e_max, double range) {
+        const int64_t blocks = (n_keys + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
+        return 2 * e_max + 2 * static_cast<double>(blocks + 2) * (kExpRelErr + range * kU32) +
+               static_cast<double>(n_keys + 4 * blocks + 6) * kU32;
+      });
 }
 
-void run_attention(DType dtype, const AttnCase& c, uint32_t seed) {
-  SCOPED_TRACE(::testing::Message() << c.name << " " << dtype_name(dtype));
-  int64_t pages_needed = 0;
-  for (auto [len, n_new] : c.seqs) pages_needed += (len + c.page_size - 1) / c.page_size;
-  Pool pool(dtype, c.page_size, c.n_kv_head, c.head_dim, pages_needed + 5);
-  const PagedBatch b = make_batch(pool, c.seqs, seed);
-  const int64_t n_head = c.n_kv_head * c.group;
-  const int64_t row = n_head * c.head_dim;
-  const int64_t n_tok = b.n_tokens();
-  const int64_t q_stride = row + 3;
-  std::vector<float> q(static_cast<size_t>(n_tok * q_stride), NAN);  // NaN in the gaps: never read
-  const auto qv = test::random_floats(static_cast<size_t>(n_tok * row), -2.0f, 2.0f, seed + 99);
-  for (int64_t t = 0; t < n_tok; ++t) {
-    std::copy_n(qv.begin() + t * row, row, q.begin() + t * q_stride);
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  GuardedRows out(n_tok, row, row + 2);
-  std::vector<float> ref_out(static_cast<size_t>(n_tok * row));
-  ASSERT_EQ(paged_attention(out.data(), out.stride(), q.data(), q_stride, n_head, pool.view(),
-                            b.view<AttentionBatch>(), scale),
-            Status::kOk);
-  ASSERT_EQ(paged_attention_ref(ref_out.data(), row, q.data(), q_stride, n_head, pool.view(),
-                                b.view<AttentionBatch>(), scale),
-            Status::kOk);
-  EXPECT_TRUE(out.canaries_intact());
-  const auto ref = test::to_double(ref_out);
-  const auto tol = attention_bound(pool, b, q, q_stride, n_head, scale, ref);
-  EXPECT_TRUE(test::all_close(
-      out.rows(), ref, [&](size_t i) { return tol[i]; }, "attention"));
+void run_attention(DType t, const AttnCase& c, uint32_t seed) {
+  test_support::check_attention_case<Pool>(t, c, seed, make_batch, attention_bound, "attention");
 }
 
-// Parameters: kv dtype, and whether the AVX-512 kernel may run (false: the
-// portable one, whatever the CPU).
-class AttentionTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {
- protected:
-  void SetUp() override { saved_ = restrict_cpu_features({std::get<1>(GetParam()), true, true}); }
-  void TearDown() override { restrict_cpu_features(saved_); }
-  CpuFeatures saved_;
-};
+using AttentionTest = test_support::KvDtypeAndIsaTest;
 
 TEST_P(AttentionTest, MatchesReference) {
   const DType t = std::get<0>(GetParam());

@@ -33,6 +33,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/cpu_attention_check.h"
 #include "kv/kv_cache.h"
 #include "quant/quant_ref.h"
 #include "support/all_close.h"
@@ -53,43 +54,17 @@ constexpr DType kAllFormats[] = {DType::kQ8S32, DType::kQ8S64, DType::kQ8S128, D
                                  DType::kQ4A64, DType::kQ4A128};
 constexpr char kFill = 0x5b;  // bytes of pages nobody wrote
 
-// Quantized pages allocated one by one (not contiguous), each followed by
-// guard bytes.
-struct Pool {
-  DType dtype;
-  int64_t page_size, n_kv_head, head_dim, n_pages;
-  size_t head_bytes, page_bytes;
-  std::vector<std::vector<char>> k_mem, v_mem;
-  std::vector<void*> k, v;
+// Quantized pages, each followed by guard bytes, and the f32 key min/max
+// the caller keeps per page and channel.
+struct Pool : test_support::HostPages {
+  size_t head_bytes;
   std::vector<float> k_min, k_max;  // [n_pages, row]
 
   Pool(DType t, int64_t ps, int64_t nkv, int64_t hd, int64_t n)
-      : dtype(t), page_size(ps), n_kv_head(nkv), head_dim(hd), n_pages(n) {
-    head_bytes = row_bytes(t, hd);
-    page_bytes = kv_quant_page_bytes(t, ps, nkv, hd);
-    for (int64_t i = 0; i < n; ++i) {
-      k_mem.emplace_back(page_bytes + 64, kFill);
-      v_mem.emplace_back(page_bytes + 64, kFill);
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      k.push_back(k_mem[static_cast<size_t>(i)].data());
-      v.push_back(v_mem[static_cast<size_t>(i)].data());
-    }
-    k_min.assign(static_cast<size_t>(n * nkv * hd), NAN);
-    k_max.assign(static_cast<size_t>(n * nkv * hd), NAN);
-  }
-  KvPages view() const {
-    KvPages p;
-    p.k = const_cast<const void* const*>(k.data());
-    p.v = const_cast<const void* const*>(v.data());
-    p.n_pages = n_pages;
-    p.dtype = dtype;
-    p.page_size = page_size;
-    p.n_kv_head = n_kv_head;
-    p.head_dim = head_dim;
-    return p;
-  }
-  int64_t row() const { return n_kv_head * head_dim; }
+      : HostPages(t, ps, nkv, hd, n, kv_quant_page_bytes(t, ps, nkv, hd), kFill),
+        head_bytes(row_bytes(t, hd)),
+        k_min(static_cast<size_t>(n * nkv * hd), NAN),
+        k_max(static_cast<size_t>(n * nkv * hd), NAN) {}
   // The key in `slot` of kv head g, dequantized.
   std::vector<float> key_values(int64_t slot, int64_t g) const {
     std::vector<float> out(static_cast<size_t>(head_dim));
@@ -99,15 +74,13 @@ struct Pool {
   }
   // The value in `slot` of kv head g, dequantized.
   std::vector<float> value_values(int64_t slot, int64_t g) const {
-    const auto& pages = v;
     std::vector<float> out(static_cast<size_t>(head_dim));
-    const char* p = static_cast<const char*>(pages[static_cast<size_t>(slot / page_size)]) +
+    const char* p = static_cast<const char*>(v[static_cast<size_t>(slot / page_size)]) +
                     static_cast<size_t>(slot % page_size * n_kv_head + g) * head_bytes;
     dequantize_row_ref(dtype, p, out.data(), head_dim);
     return out;
   }
 };
-
 
 // Keys drawn around a per-dimension offset (as real keys are: far from
 // centred on zero in some dims), values around zero.
@@ -140,99 +113,28 @@ PagedBatch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>
 }
 
 // Tolerances of every output element (see the file comment).
-std::vector<double> attention_bound(const Pool& pool, const PagedBatch& b, const std::vector<float>& q,
-                                    int64_t q_stride, int64_t n_head, float scale,
+std::vector<double> attention_bound(const Pool& pool, const PagedBatch& b, int64_t group,
+                                    const float* q, int64_t q_stride, float scale,
                                     const std::vector<double>& ref) {
-  const int64_t hd = pool.head_dim;
-  const int64_t group = n_head / pool.n_kv_head;
-  std::vector<double> tol(ref.size());
-  for (size_t s = 0; s < b.kv_len.size(); ++s) {
-    const int32_t* ids = b.page_ids.data() + b.page_indptr[s];
-    const int64_t n_new = b.q_indptr[s + 1] - b.q_indptr[s];
-    const int64_t len = b.kv_len[s];
-    for (int64_t g = 0; g < pool.n_kv_head; ++g) {
-      std::vector<std::vector<float>> keys, values;
-      for (int64_t j = 0; j < len; ++j) {
-        const int64_t slot = ids[j / pool.page_size] * pool.page_size + j % pool.page_size;
-        keys.push_back(pool.key_values(slot, g));
-        values.push_back(pool.value_values(slot, g));
-      }
-      for (int64_t i = 0; i < n_new; ++i) {
-        const int64_t tok = b.q_indptr[s] + i;
-        const int64_t n_keys = len - n_new + i + 1;
+  auto as_double = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  return test::attention_bound(
+      b, pool.heads(group), q, q_stride, scale, ref,
+      [&](int64_t slot, int64_t g) { return as_double(pool.key_values(slot, g)); },
+      [&](int64_t slot, int64_t g) { return as_double(pool.value_values(slot, g)); },
+      [](int64_t n_keys, double e_max, double range) {
         const int64_t blocks = (n_keys + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
-        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          const float* qr = q.data() + tok * q_stride + h * hd;
-          std::vector<double> sc(static_cast<size_t>(n_keys));
-          double e_max = 0, mx = -INFINITY, mn = INFINITY;
-          for (int64_t j = 0; j < n_keys; ++j) {
-            double dot = 0, dot_abs = 0;
-            for (int64_t d = 0; d < hd; ++d) {
-              dot += qr[d] * static_cast<double>(keys[j][d]);
-              dot_abs += std::fabs(qr[d] * static_cast<double>(keys[j][d]));
-            }
-            sc[j] = dot * scale;
-            e_max = std::max(e_max, (hd + 2) * kU32 * scale * dot_abs);
-            mx = std::max(mx, sc[j]);
-            mn = std::min(mn, sc[j]);
-          }
-          double l = 0;
-          for (auto& v : sc) l += (v = std::exp(v - mx));
-          const double range = mx - mn + e_max;
-          const double rel = 2 * e_max + 2 * (blocks + 1) * (kExpRelErr + range * kU32) +
-                             (n_keys + 2 * blocks + 6) * kU32;
-          for (int64_t d = 0; d < hd; ++d) {
-            double pv = 0;
-            for (int64_t j = 0; j < n_keys; ++j) pv += sc[j] / l * std::fabs(values[j][d]);
-            const size_t e = static_cast<size_t>((tok * n_head + h) * hd + d);
-            tol[e] = rel * pv + kU32 * std::fabs(ref[e]) + kTiny;
-          }
-        }
-      }
-    }
-  }
-  return tol;
+        return 2 * e_max + 2 * static_cast<double>(blocks + 1) * (kExpRelErr + range * kU32) +
+               static_cast<double>(n_keys + 2 * blocks + 6) * kU32;
+      });
 }
 
 using test::AttnCase;
 
 void run_attention(DType t, const AttnCase& c, uint32_t seed) {
-  SCOPED_TRACE(::testing::Message() << c.name << " " << dtype_name(t));
-  int64_t pages_needed = 0;
-  for (auto [len, n_new] : c.seqs) pages_needed += (len + c.page_size - 1) / c.page_size;
-  Pool pool(t, c.page_size, c.n_kv_head, c.head_dim, pages_needed + 5);
-  const PagedBatch b = make_batch(pool, c.seqs, seed);
-  const int64_t n_head = c.n_kv_head * c.group;
-  const int64_t row = n_head * c.head_dim;
-  const int64_t n_tok = b.n_tokens();
-  const int64_t q_stride = row + 3;
-  std::vector<float> q(static_cast<size_t>(n_tok * q_stride), NAN);  // NaN in the gaps: never read
-  const auto qv = test::random_floats(static_cast<size_t>(n_tok * row), -2.0f, 2.0f, seed + 99);
-  for (int64_t i = 0; i < n_tok; ++i) std::copy_n(qv.begin() + i * row, row, q.begin() + i * q_stride);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  GuardedRows out(n_tok, row, row + 2);
-  std::vector<float> ref_out(static_cast<size_t>(n_tok * row));
-  ASSERT_EQ(paged_attention(out.data(), out.stride(), q.data(), q_stride, n_head, pool.view(),
-                            b.view<AttentionBatch>(), scale),
-            Status::kOk);
-  ASSERT_EQ(paged_attention_ref(ref_out.data(), row, q.data(), q_stride, n_head, pool.view(),
-                                b.view<AttentionBatch>(), scale),
-            Status::kOk);
-  EXPECT_TRUE(out.canaries_intact());
-  const auto ref = test::to_double(ref_out);
-  const auto tol = attention_bound(pool, b, q, q_stride, n_head, scale, ref);
-  EXPECT_TRUE(test::all_close(
-      out.rows(), ref, [&](size_t i) { return tol[i]; }, "quantized attention"));
+  test_support::check_attention_case<Pool>(t, c, seed, make_batch, attention_bound, "quantized attention");
 }
 
-// Parameters: the format, and whether the AVX-512 kernel may run (false: the
-// portable one, whatever the CPU).
-class QuantAttention : public ::testing::TestWithParam<std::tuple<DType, bool>> {
- protected:
-  void SetUp() override { saved_ = restrict_cpu_features({std::get<1>(GetParam()), true, true}); }
-  void TearDown() override { restrict_cpu_features(saved_); }
-  CpuFeatures saved_;
-};
+using QuantAttention = test_support::KvDtypeAndIsaTest;
 
 TEST_P(QuantAttention, MatchesReference) {
   const DType t = std::get<0>(GetParam());

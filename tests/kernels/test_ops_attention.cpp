@@ -25,6 +25,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda_test_util.h"
+#include "support/attention_bound.h"
 #include "support/paged_batch.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/dispatch.h"
@@ -48,7 +49,6 @@ using test::AttnCase;
 using test::kAttentionCases;
 using test::PagedBatch;
 const auto elem_bytes = test::kv_elem_bytes;
-const auto stored = test::kv_stored;
 
 // Pages allocated one by one on the device (each with guard bytes) and their
 // host mirrors, which the CPU references read.
@@ -171,56 +171,21 @@ PagedBatch make_batch(Pool& pool, const std::vector<std::pair<int32_t, int32_t>>
   return b;
 }
 
+// Tolerances of every output element (support/attention_bound.h): with B
+// the key tiles plus two, a key goes through at most B + 1 exponentials;
+// `splits` partial states are merged.
 std::vector<double> attention_bound(const Pool& pool, const PagedBatch& b, const std::vector<float>& q,
                                     int64_t q_stride, int64_t n_head, float scale, int64_t splits,
                                     const std::vector<double>& ref) {
-  const int64_t hd = pool.head_dim;
-  const int64_t group = n_head / pool.n_kv_head;
-  std::vector<double> tol(ref.size());
-  for (size_t s = 0; s < b.kv_len.size(); ++s) {
-    const int32_t* ids = b.page_ids.data() + b.page_indptr[s];
-    const int64_t n_new = b.q_indptr[s + 1] - b.q_indptr[s];
-    auto at = [&](const std::vector<void*>& pages, int64_t j, int64_t g, int64_t d) {
-      const void* page = pages[static_cast<size_t>(ids[j / pool.page_size])];
-      return stored(pool.dtype, page, (j % pool.page_size * pool.n_kv_head + g) * hd + d);
-    };
-    for (int64_t i = 0; i < n_new; ++i) {
-      const int64_t tok = b.q_indptr[s] + i;
-      const int64_t n_keys = b.kv_len[s] - n_new + i + 1;
-      const int64_t blocks = (n_keys + kAttnKeyTile - 1) / kAttnKeyTile + 2;
-      for (int64_t h = 0; h < n_head; ++h) {
-        const int64_t g = h / group;
-        const float* qr = q.data() + tok * q_stride + h * hd;
-        std::vector<double> sc(static_cast<size_t>(n_keys));
-        double e_max = 0, mx = -INFINITY, mn = INFINITY;
-        for (int64_t j = 0; j < n_keys; ++j) {
-          double dot = 0, dot_abs = 0;
-          for (int64_t d = 0; d < hd; ++d) {
-            dot += qr[d] * at(pool.k_host_ptr, j, g, d);
-            dot_abs += std::fabs(qr[d] * at(pool.k_host_ptr, j, g, d));
-          }
-          sc[static_cast<size_t>(j)] = dot * scale;
-          e_max = std::max(e_max, (hd + 2) * kU32 * scale * dot_abs);
-          mx = std::max(mx, sc[static_cast<size_t>(j)]);
-          mn = std::min(mn, sc[static_cast<size_t>(j)]);
-        }
-        double l = 0;
-        for (auto& v : sc) l += (v = std::exp(v - mx));
-        const double range = mx - mn + e_max;
-        const double rel = 2 * e_max + 2 * (blocks + 1) * (kExpErr + range * kU32) +
-                           (n_keys + 2 * blocks + 6 + splits) * kU32;
-        for (int64_t d = 0; d < hd; ++d) {
-          double pv = 0;
-          for (int64_t j = 0; j < n_keys; ++j) {
-            pv += sc[static_cast<size_t>(j)] / l * std::fabs(at(pool.v_host_ptr, j, g, d));
-          }
-          const size_t e = static_cast<size_t>((tok * n_head + h) * hd + d);
-          tol[e] = rel * pv + kU32 * std::fabs(ref[e]) + kTiny;
-        }
-      }
-    }
-  }
-  return tol;
+  const test::AttentionHeads a{n_head, pool.n_kv_head, pool.head_dim, pool.page_size};
+  return test::attention_bound(
+      b, a, q.data(), q_stride, scale, ref, test::stored_rows(pool.dtype, pool.k_host_ptr, a),
+      test::stored_rows(pool.dtype, pool.v_host_ptr, a),
+      [splits](int64_t n_keys, double e_max, double range) {
+        const int64_t blocks = (n_keys + kAttnKeyTile - 1) / kAttnKeyTile + 2;
+        return 2 * e_max + 2 * static_cast<double>(blocks + 1) * (kExpErr + range * kU32) +
+               static_cast<double>(n_keys + 2 * blocks + 6 + splits) * kU32;
+      });
 }
 
 AttentionPlan make_plan(int64_t n_seq, int64_t n_head, int64_t hd, int64_t decode_splits,
