@@ -21,6 +21,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_bf16.h"
 #include "kernels/cpu/matmul_int8.h"
+#include "kernels/cpu/op_args.h"
 #include "kernels/cpu/parallel.h"
 #include "quant/convert.h"
 #include "quant/quant.h"
@@ -38,10 +39,6 @@ constexpr size_t kPanelBytes = size_t{256}
 constexpr int64_t kMaxTile = 64;       // tokens per GEMM on the swapped path
 constexpr int64_t kMinThreadWork = int64_t{1} << 17;  // multiply-adds worth waking a thread for
 constexpr int64_t kStageFloats = 512;                 // f32 staging of a W row chunk (L1)
-
-bool weight_dtype_ok(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_quantized(t);
-}
 
 int64_t round_up(int64_t v, int64_t q) {
   return (v + q - 1) / q * q;
@@ -154,9 +151,9 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, DType w_dtype, size_t w_row_byte
 
 struct MatmulCache::Impl {
   struct ThreadWs {
-    Buffer panel;    // [pn, k] converted W rows
-    Buffer tmp;      // swapped: [pn, mt] f32 product before the transpose into y
-    Buffer scratch;  // oneDNN scratchpad
+    Buffer panel;       // [pn, k] converted W rows
+    Buffer tmp;         // swapped: [pn, mt] f32 product before the transpose into y
+    Buffer scratch;     // oneDNN scratchpad
     Buffer int8_panel;  // int8 compute: the thread's panel of unpacked weight rows
     std::optional<dnnl::stream> stream;
   };
@@ -165,7 +162,7 @@ struct MatmulCache::Impl {
   std::map<PrimKey, Prim> prims;
   std::map<std::tuple<ComputeType, int64_t, int64_t>, md_t> packed_x_mds;  // (compute, mt, k)
   std::map<std::tuple<ComputeType, int64_t, int64_t, int64_t>, dnnl::reorder> x_reorders;
-  Buffer x_ws;  // swapped: packed x tiles; small-m bf16: x rounded to bf16
+  Buffer x_ws;    // swapped: packed x tiles; small-m bf16: x rounded to bf16
   Buffer int8_x;  // int8 compute: x quantized per group
   Buffer dot_x;   // small-m bf16: x rounded to bf16 for the fused dot kernel
   std::vector<ThreadWs> threads;
@@ -325,23 +322,6 @@ STRATA_CLONES void transpose_out(float* y, int64_t y_stride, const float* tmp, i
       }
     }
   }
-}
-
-Status check_args(const float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
-                  DType w_dtype, size_t w_row_bytes, int64_t m, int64_t n, int64_t k,
-                  ComputeType compute) {
-  if (compute != ComputeType::kF32 && compute != ComputeType::kBF16 &&
-      compute != ComputeType::kInt8)
-    return Status::kInvalidArgument;
-  if (!weight_dtype_ok(w_dtype)) return Status::kUnsupported;
-  if (m < 0 || n < 0 || k < 0 || !row_elems_ok(w_dtype, k)) return Status::kInvalidArgument;
-  if (m == 0 || n == 0) return Status::kOk;
-  if (y == nullptr || y_stride < n) return Status::kInvalidArgument;
-  if (k > 0 &&
-      (x == nullptr || w == nullptr || x_stride < k || w_row_bytes < row_bytes(w_dtype, k))) {
-    return Status::kInvalidArgument;
-  }
-  return Status::kOk;
 }
 
 // k == 0: the empty sum.
@@ -531,7 +511,8 @@ Status run_matmul_int8(MatmulCache::Impl& c, float* y, int64_t y_stride, const f
   const int n_threads =
       static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
   if (!c.int8_x.ensure(matmul_int8_x_bytes(m, k, group))) return Status::kOutOfMemory;
-  if (static_cast<int>(c.threads.size()) < n_threads) c.threads.resize(static_cast<size_t>(n_threads));
+  if (static_cast<int>(c.threads.size()) < n_threads)
+    c.threads.resize(static_cast<size_t>(n_threads));
   std::vector<void*> panels(static_cast<size_t>(n_threads));
   for (int i = 0; i < n_threads; ++i) {
     auto& ws = c.threads[static_cast<size_t>(i)];
@@ -609,7 +590,8 @@ Status MatmulCache::reserve(int64_t max_m, int64_t n, int64_t k, ComputeType com
 Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, int64_t x_stride,
               const void* w, DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m,
               int64_t n, int64_t k, ComputeType compute) {
-  if (Status s = check_args(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, m, n, k, compute);
+  if (Status s =
+          op_args::matmul(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, m, n, k, compute);
       s != Status::kOk) {
     return s;
   }
@@ -620,8 +602,8 @@ Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, in
   }
   if (compute == ComputeType::kInt8) {
     if (is_quantized(w_dtype)) {
-      return run_matmul_int8(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes,
-                             bias, m, n, k);
+      return run_matmul_int8(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias,
+                             m, n, k);
     }
     compute = ComputeType::kBF16;
   }
@@ -637,56 +619,6 @@ Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, in
   } catch (const std::bad_alloc&) {
     return Status::kOutOfMemory;
   }
-}
-
-Status matmul_ref(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
-                  DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
-                  int64_t k, ComputeType compute) {
-  if (Status s = check_args(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, m, n, k, compute);
-      s != Status::kOk) {
-    return s;
-  }
-  if (m == 0 || n == 0) return Status::kOk;
-  if (compute == ComputeType::kInt8) {
-    if (is_quantized(w_dtype) && k > 0) {
-      matmul_int8_ref(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k);
-      return Status::kOk;
-    }
-    compute = ComputeType::kBF16;
-  }
-  const bool bf16 = compute == ComputeType::kBF16;
-  auto round = [bf16](float v) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; };
-  std::vector<float> wf(static_cast<size_t>(n * k));
-  for (int64_t j = 0; j < n; ++j) {
-    const void* row = static_cast<const char*>(w) + static_cast<size_t>(j) * w_row_bytes;
-    float* dst = wf.data() + j * k;
-    switch (w_dtype) {
-      case DType::kF32:
-        std::memcpy(dst, row, static_cast<size_t>(k) * 4);
-        break;
-      case DType::kF16:
-        for (int64_t l = 0; l < k; ++l) dst[l] = f16_to_f32(static_cast<const uint16_t*>(row)[l]);
-        break;
-      case DType::kBF16:
-        for (int64_t l = 0; l < k; ++l) dst[l] = bf16_to_f32(static_cast<const uint16_t*>(row)[l]);
-        break;
-      default:
-        dequantize_row_ref(w_dtype, row, dst, k);
-        break;
-    }
-    for (int64_t l = 0; l < k; ++l) dst[l] = round(dst[l]);
-  }
-  std::vector<float> xr(static_cast<size_t>(k));
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t l = 0; l < k; ++l) xr[l] = round(x[i * x_stride + l]);
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = bias != nullptr ? bias[j] : 0.0;
-      const float* wr = wf.data() + j * k;
-      for (int64_t l = 0; l < k; ++l) acc += static_cast<double>(xr[l]) * wr[l];
-      y[i * y_stride + j] = static_cast<float>(acc);
-    }
-  }
-  return Status::kOk;
 }
 
 }  // namespace strata::cpu

@@ -2,22 +2,12 @@
 
 #include <cmath>
 
+#include "kernels/cpu/op_args.h"
 #include "kernels/cpu/parallel.h"
 
 namespace strata::cpu {
 
 namespace {
-
-Status check(const float* y, int64_t y_stride, const float* x, int64_t x_stride, float eps,
-             int64_t n_rows, int64_t d) {
-  if (n_rows < 0 || d < 1 || !(eps >= 0.0f) || !std::isfinite(eps)) {
-    return Status::kInvalidArgument;
-  }
-  if (n_rows > 0 && (y == nullptr || x == nullptr || y_stride < d || x_stride < d)) {
-    return Status::kInvalidArgument;
-  }
-  return Status::kOk;
-}
 
 // Sums in f32 with the vector lanes as independent partial sums.
 STRATA_CLONES void rms_norm_row(float* y, const float* x, const float* w, float eps, int64_t d) {
@@ -61,56 +51,20 @@ STRATA_CLONES void layer_norm_row(float* y, const float* x, const float* w, cons
 
 Status rms_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* w,
                 float eps, int64_t n_rows, int64_t d) {
-  if (Status s = check(y, y_stride, x, x_stride, eps, n_rows, d); s != Status::kOk) return s;
+  if (Status s = op_args::norm(y, y_stride, x, x_stride, eps, n_rows, d); s != Status::kOk)
+    return s;
 #pragma omp parallel for schedule(static) num_threads(threads_for(n_rows* d))
   for (int64_t r = 0; r < n_rows; ++r) rms_norm_row(y + r * y_stride, x + r * x_stride, w, eps, d);
   return Status::kOk;
 }
 
-Status rms_norm_ref(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* w,
-                    float eps, int64_t n_rows, int64_t d) {
-  if (Status s = check(y, y_stride, x, x_stride, eps, n_rows, d); s != Status::kOk) return s;
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const float* xr = x + r * x_stride;
-    float* yr = y + r * y_stride;
-    double ss = 0.0;
-    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
-    for (int64_t i = 0; i < d; ++i) {
-      yr[i] = static_cast<float>(xr[i] * inv * (w != nullptr ? w[i] : 1.0));
-    }
-  }
-  return Status::kOk;
-}
-
 Status layer_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* w,
                   const float* b, float eps, int64_t n_rows, int64_t d) {
-  if (Status s = check(y, y_stride, x, x_stride, eps, n_rows, d); s != Status::kOk) return s;
+  if (Status s = op_args::norm(y, y_stride, x, x_stride, eps, n_rows, d); s != Status::kOk)
+    return s;
 #pragma omp parallel for schedule(static) num_threads(threads_for(n_rows* d))
   for (int64_t r = 0; r < n_rows; ++r) {
     layer_norm_row(y + r * y_stride, x + r * x_stride, w, b, eps, d);
-  }
-  return Status::kOk;
-}
-
-Status layer_norm_ref(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* w,
-                      const float* b, float eps, int64_t n_rows, int64_t d) {
-  if (Status s = check(y, y_stride, x, x_stride, eps, n_rows, d); s != Status::kOk) return s;
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const float* xr = x + r * x_stride;
-    float* yr = y + r * y_stride;
-    double s = 0.0;
-    for (int64_t i = 0; i < d; ++i) s += xr[i];
-    const double mean = s / static_cast<double>(d);
-    double ss = 0.0;
-    for (int64_t i = 0; i < d; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
-    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
-    for (int64_t i = 0; i < d; ++i) {
-      double v = (xr[i] - mean) * inv;
-      if (w != nullptr) v *= w[i];
-      if (b != nullptr) v += b[i];
-      yr[i] = static_cast<float>(v);
-    }
   }
   return Status::kOk;
 }

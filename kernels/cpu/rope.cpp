@@ -2,34 +2,12 @@
 
 #include <cmath>
 
+#include "kernels/cpu/op_args.h"
 #include "kernels/cpu/parallel.h"
 
 namespace strata::cpu {
 
 namespace {
-
-constexpr int64_t kMaxRotDim = 4096;  // bounds the per-token cos/sin tables on the stack
-
-Status check(const float* q, int64_t q_stride, int64_t n_head, const float* k, int64_t k_stride,
-             int64_t n_kv_head, int64_t head_dim, const int32_t* pos, int64_t n_tokens,
-             const float* inv_freq, int64_t rot_dim, RopeLayout layout) {
-  if (layout != RopeLayout::kHalf && layout != RopeLayout::kInterleaved) {
-    return Status::kInvalidArgument;
-  }
-  if (n_tokens < 0 || n_head < 0 || n_kv_head < 0 || head_dim < 1) return Status::kInvalidArgument;
-  if (rot_dim < 2 || rot_dim % 2 != 0 || rot_dim > head_dim) return Status::kInvalidArgument;
-  if (rot_dim > kMaxRotDim) return Status::kUnsupported;
-  if (n_tokens == 0) return Status::kOk;
-  if (pos == nullptr || inv_freq == nullptr) return Status::kInvalidArgument;
-  if (n_head > 0 && (q == nullptr || q_stride < n_head * head_dim)) return Status::kInvalidArgument;
-  if (n_kv_head > 0 && (k == nullptr || k_stride < n_kv_head * head_dim)) {
-    return Status::kInvalidArgument;
-  }
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    if (pos[t] < 0) return Status::kInvalidArgument;
-  }
-  return Status::kOk;
-}
 
 // v: one head; c, s: [rot_dim / 2].
 STRATA_CLONES void rotate_head(float* v, const float* c, const float* s, int64_t half,
@@ -97,8 +75,8 @@ Status rope_inv_freq(float* inv_freq, const RopeConfig& cfg) {
 Status rope(float* q, int64_t q_stride, int64_t n_head, float* k, int64_t k_stride,
             int64_t n_kv_head, int64_t head_dim, const int32_t* pos, int64_t n_tokens,
             const float* inv_freq, int64_t rot_dim, RopeLayout layout) {
-  if (Status s = check(q, q_stride, n_head, k, k_stride, n_kv_head, head_dim, pos, n_tokens,
-                       inv_freq, rot_dim, layout);
+  if (Status s = op_args::rope(q, q_stride, n_head, k, k_stride, n_kv_head, head_dim, pos, n_tokens,
+                               inv_freq, rot_dim, layout);
       s != Status::kOk || n_tokens == 0) {
     return s;
   }
@@ -106,8 +84,8 @@ Status rope(float* q, int64_t q_stride, int64_t n_head, float* k, int64_t k_stri
   const int64_t work = n_tokens * (n_head + n_kv_head) * rot_dim;
 #pragma omp parallel for schedule(static) num_threads(threads_for(work))
   for (int64_t t = 0; t < n_tokens; ++t) {
-    float c[kMaxRotDim / 2];
-    float s[kMaxRotDim / 2];
+    float c[op_args::kMaxRotDim / 2];
+    float s[op_args::kMaxRotDim / 2];
     const float p = static_cast<float>(pos[t]);
     for (int64_t i = 0; i < half; ++i) {
       const float angle = p * inv_freq[i];
@@ -119,35 +97,6 @@ Status rope(float* q, int64_t q_stride, int64_t n_head, float* k, int64_t k_stri
     for (int64_t h = 0; h < n_kv_head; ++h) {
       rotate_head(k + t * k_stride + h * head_dim, c, s, half, layout);
     }
-  }
-  return Status::kOk;
-}
-
-Status rope_ref(float* q, int64_t q_stride, int64_t n_head, float* k, int64_t k_stride,
-                int64_t n_kv_head, int64_t head_dim, const int32_t* pos, int64_t n_tokens,
-                const float* inv_freq, int64_t rot_dim, RopeLayout layout) {
-  if (Status s = check(q, q_stride, n_head, k, k_stride, n_kv_head, head_dim, pos, n_tokens,
-                       inv_freq, rot_dim, layout);
-      s != Status::kOk) {
-    return s;
-  }
-  const int64_t half = rot_dim / 2;
-  auto rotate = [&](float* v, int64_t t) {
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(pos[t]) * inv_freq[i];  // f32, as transformers
-      const double c = std::cos(static_cast<double>(angle));
-      const double s = std::sin(static_cast<double>(angle));
-      const int64_t i0 = layout == RopeLayout::kHalf ? i : 2 * i;
-      const int64_t i1 = layout == RopeLayout::kHalf ? i + half : 2 * i + 1;
-      const double x0 = v[i0];
-      const double x1 = v[i1];
-      v[i0] = static_cast<float>(x0 * c - x1 * s);
-      v[i1] = static_cast<float>(x0 * s + x1 * c);
-    }
-  };
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t h = 0; h < n_head; ++h) rotate(q + t * q_stride + h * head_dim, t);
-    for (int64_t h = 0; h < n_kv_head; ++h) rotate(k + t * k_stride + h * head_dim, t);
   }
   return Status::kOk;
 }
