@@ -30,36 +30,15 @@
 #include "core/bench.h"
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/bench/attention_bench.h"
 
 namespace {
 
 using strata::DType;
 
 using Stats = strata::RunTimes;
-
-// Two warm-up runs, then `reps` runs (core/bench.h); with
-// STRATA_BENCH_CPU_TIME=1 a run's time is the process CPU time divided by
-// the thread count.
-Stats time_it(int reps, const std::function<void()>& fn) {
-  static const bool use_cpu = std::getenv("STRATA_BENCH_CPU_TIME") != nullptr;
-  return strata::time_runs(fn, {2, reps, reps, 0, use_cpu ? omp_get_max_threads() : 0});
-}
-
-// Bytes read per second by all threads summing a 512 MiB buffer (best of reps).
-double read_bandwidth(int reps) {
-  const size_t bytes = size_t{512} << 20;
-  auto* a = static_cast<int64_t*>(std::aligned_alloc(64, bytes));
-  std::memset(a, 1, bytes);
-  volatile int64_t sink = 0;
-  const Stats st = time_it(reps, [&] {
-    int64_t s = 0;
-#pragma omp parallel for reduction(+ : s)
-    for (size_t i = 0; i < bytes / 8; ++i) s += a[i];
-    sink = sink + s;
-  });
-  std::free(a);
-  return bytes / st.lo;
-}
+using strata::bench::read_bandwidth;
+using strata::bench::time_it;
 
 void check(strata::Status s) {
   if (s != strata::Status::kOk) {
@@ -71,41 +50,20 @@ void check(strata::Status s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t n_seq = 32, ctx = 160, prompt = 128, n_layer = 30, n_head = 9, n_kv = 3, hd = 64;
-  int reps = 15;
-  bool prefill = true;
-  DType kv_dtype = DType::kF16;
+  strata::bench::AttentionShape shape;
+  int64_t prompt = 128;
+  bool decode_only = false;
+  std::string kv = "f16";
+  CLI::App app{"strata paged attention benchmark: a decode step over every layer's KV, and prefill"};
+  shape.add_flags(app);
+  app.add_option("--prompt", prompt, "Prompt tokens of the prefill run")->check(CLI::PositiveNumber);
+  app.add_option("--kv", kv, "KV dtype")->check(CLI::IsMember({"f16", "bf16", "f32"}));
+  app.add_flag("--decode-only", decode_only, "Skip the prefill run");
+  CLI11_PARSE(app, argc, argv);
+  const auto [n_seq, ctx, n_layer, n_head, n_kv, hd, reps] = shape;
+  const bool prefill = !decode_only;
+  const DType kv_dtype = kv == "f32" ? DType::kF32 : kv == "bf16" ? DType::kBF16 : DType::kF16;
   const int64_t ps = 16;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--seqs") n_seq = std::atoll(next());
-    else if (a == "--ctx") ctx = std::atoll(next());
-    else if (a == "--prompt") prompt = std::atoll(next());
-    else if (a == "--layers") n_layer = std::atoll(next());
-    else if (a == "--heads") n_head = std::atoll(next());
-    else if (a == "--kv-heads") n_kv = std::atoll(next());
-    else if (a == "--head-dim") hd = std::atoll(next());
-    else if (a == "--threads") omp_set_num_threads(std::atoi(next()));
-    else if (a == "--reps") reps = std::max(1, std::atoi(next()));
-    else if (a == "--decode-only") prefill = false;
-    else if (a == "--kv") {
-      const std::string k = next();
-      kv_dtype = k == "f32" ? DType::kF32 : k == "bf16" ? DType::kBF16 : DType::kF16;
-    } else {
-      std::printf(
-          "usage: %s [--seqs N] [--ctx N] [--prompt N] [--layers N] [--heads N] [--kv-heads N] "
-          "[--head-dim N] [--kv f16|bf16|f32] [--threads N] [--reps N] [--decode-only]\n",
-          argv[0]);
-      return a == "--help" ? 0 : 2;
-    }
-  }
   prompt = std::min(prompt, ctx);
   const int64_t eb = kv_dtype == DType::kF32 ? 4 : 2;
   const int64_t page_bytes = ps * n_kv * hd * eb;

@@ -26,6 +26,7 @@
 #include "core/bench.h"
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/bench/attention_bench.h"
 #include "quant/convert.h"
 #include "quant/quant.h"
 
@@ -34,61 +35,22 @@ namespace {
 using strata::DType;
 
 using Stats = strata::RunTimes;
-
-// Two warm-up runs, then `reps` runs (core/bench.h).
-Stats time_it(int reps, const std::function<void()>& fn) {
-  return strata::time_runs(fn, {2, reps, reps, 0});
-}
-
-// Bytes per second all threads read summing a 512 MiB buffer (best of reps).
-double read_bandwidth(int reps) {
-  const size_t bytes = size_t{512} << 20;
-  auto* a = static_cast<int64_t*>(std::aligned_alloc(64, bytes));
-  std::memset(a, 1, bytes);
-  volatile int64_t sink = 0;
-  const Stats st = time_it(reps, [&] {
-    int64_t s = 0;
-#pragma omp parallel for reduction(+ : s)
-    for (size_t i = 0; i < bytes / 8; ++i) s += a[i];
-    sink = sink + s;
-  });
-  std::free(a);
-  return static_cast<double>(bytes) / st.lo;
-}
+using strata::bench::read_bandwidth;
+using strata::bench::time_it;
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t n_seq = 32, ctx = 512, n_layer = 30, n_head = 9, n_kv = 3, hd = 64;
-  int reps = 9;
+  strata::bench::AttentionShape shape;
+  shape.ctx = 512;
+  shape.reps = 9;
   std::string formats = "f16,q8a32,q4a32";
+  CLI::App app{"strata quantized-KV attention benchmark: a decode step over every layer's KV"};
+  shape.add_flags(app);
+  app.add_option("--kv", formats, "KV formats, comma-separated");
+  CLI11_PARSE(app, argc, argv);
+  const auto [n_seq, ctx, n_layer, n_head, n_kv, hd, reps] = shape;
   const int64_t ps = 16;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--seqs") n_seq = std::atoll(next());
-    else if (a == "--ctx") ctx = std::atoll(next());
-    else if (a == "--layers") n_layer = std::atoll(next());
-    else if (a == "--heads") n_head = std::atoll(next());
-    else if (a == "--kv-heads") n_kv = std::atoll(next());
-    else if (a == "--head-dim") hd = std::atoll(next());
-    else if (a == "--threads") omp_set_num_threads(std::atoi(next()));
-    else if (a == "--reps") reps = std::max(1, std::atoi(next()));
-    else if (a == "--kv") formats = next();
-    else {
-      std::printf(
-          "usage: %s [--seqs N] [--ctx N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N] "
-          "[--kv f16,q8a32,q4a32] [--threads N] [--reps N]\n",
-          argv[0]);
-      return a == "--help" ? 0 : 2;
-    }
-  }
   std::printf("strata quantized-KV attention benchmark  %s  %d threads\n", strata::cpu_model_name().c_str(),
               omp_get_max_threads());
   const double bw = read_bandwidth(10);
