@@ -17,6 +17,7 @@
 #endif
 
 
+#include "kernels/cpu/attend_row_ref.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec_math.h"
@@ -521,25 +522,10 @@ Status paged_attention_quant_ref(float* out, int64_t out_stride, const float* q,
         const int64_t p = len - n_new + i;
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const float* qr = q + tok * q_stride + h * hd;
-          std::vector<double> w(static_cast<size_t>(p + 1));
-          double mx = -INFINITY;
-          for (int64_t j = 0; j <= p; ++j) {
-            double dot = 0.0;
-            for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(qr[d]) * keys[j * hd + d];
-            w[j] = dot * scale;
-            mx = std::max(mx, w[j]);
-          }
-          double sum = 0.0;
-          for (int64_t j = 0; j <= p; ++j) {
-            w[j] = std::exp(w[j] - mx);
-            sum += w[j];
-          }
-          float* o = out + tok * out_stride + h * hd;
-          for (int64_t d = 0; d < hd; ++d) {
-            double a = 0.0;
-            for (int64_t j = 0; j <= p; ++j) a += w[j] * values[j * hd + d];
-            o[d] = static_cast<float>(a / sum);
-          }
+          attend_row_ref(
+              out + tok * out_stride + h * hd, qr, hd, p, scale,
+              [&](int64_t j, int64_t d) { return static_cast<double>(keys[j * hd + d]); },
+              [&](int64_t j, int64_t d) { return static_cast<double>(values[j * hd + d]); });
         }
       }
     }

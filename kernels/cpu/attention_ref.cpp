@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_quant.h"
+#include "kernels/cpu/attend_row_ref.h"
 #include "kernels/cpu/kv_rows.h"
 
 namespace strata::cpu {
@@ -40,25 +41,10 @@ Status paged_attention_ref(float* out, int64_t out_stride, const float* q, int64
       for (int64_t h = 0; h < n_head; ++h) {
         const int64_t g = h / group;
         const float* qr = q + tok * q_stride + h * hd;
-        std::vector<double> w(static_cast<size_t>(p + 1));
-        double mx = -INFINITY;
-        for (int64_t j = 0; j <= p; ++j) {
-          double dotp = 0.0;
-          for (int64_t d = 0; d < hd; ++d) dotp += qr[d] * element(kv.k, ids, j, g, d);
-          w[j] = dotp * scale;
-          mx = std::max(mx, w[j]);
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j <= p; ++j) {
-          w[j] = std::exp(w[j] - mx);
-          sum += w[j];
-        }
-        float* o = out + tok * out_stride + h * hd;
-        for (int64_t d = 0; d < hd; ++d) {
-          double acc = 0.0;
-          for (int64_t j = 0; j <= p; ++j) acc += w[j] * element(kv.v, ids, j, g, d);
-          o[d] = static_cast<float>(acc / sum);
-        }
+        attend_row_ref(
+            out + tok * out_stride + h * hd, qr, hd, p, scale,
+            [&](int64_t j, int64_t d) { return element(kv.k, ids, j, g, d); },
+            [&](int64_t j, int64_t d) { return element(kv.v, ids, j, g, d); });
       }
     }
   }
