@@ -32,20 +32,6 @@ void check(Status s, const char* op, fmt::format_string<Args...> sizes, Args&&..
        fmt::format(sizes, std::forward<Args>(args)...));
 }
 
-cpu::Activation cpu_act(ActFn f) {
-  switch (f) {
-    case ActFn::kRelu:
-      return cpu::Activation::kRelu;
-    case ActFn::kGelu:
-      return cpu::Activation::kGelu;
-    case ActFn::kGeluTanh:
-      return cpu::Activation::kGeluTanh;
-    case ActFn::kSilu:
-      return cpu::Activation::kSilu;
-  }
-  STRATA_ASSERT(false);
-}
-
 cpu::ComputeType cpu_compute(DType t) {
   if (t == DType::kF32) return cpu::ComputeType::kF32;
   if (t == DType::kBF16) return cpu::ComputeType::kBF16;
@@ -177,7 +163,7 @@ void CpuBackend::activation(ActFn f, float* y, int64_t y_stride, const float* x,
                             int64_t n_rows, int64_t d) {
   Timer timer(*this, Op::kElementwise);
   cpu::ScopedOmpThreads t(threads_);
-  check(cpu::activation(cpu_act(f), y, y_stride, x, x_stride, n_rows, d), "activation",
+  check(cpu::activation(cpu::activation_of(f), y, y_stride, x, x_stride, n_rows, d), "activation",
         "rows={} d={}", n_rows, d);
 }
 
@@ -319,6 +305,20 @@ void CpuBackend::attention(float* out, int64_t out_stride, const float* q, int64
   check(cpu::paged_attention(out, out_stride, q, q_stride, n_head, pages, batch, scale),
         "attention", "seqs={} heads={}/{} head_dim={} pages={} {}", seqs.n_seq, n_head,
         kv.n_kv_head, kv.head_dim, kv.n_pages, dtype_name(kv.dtype));
+}
+
+cpu::Activation cpu::activation_of(ActFn f) {
+  switch (f) {
+    case ActFn::kRelu:
+      return cpu::Activation::kRelu;
+    case ActFn::kGelu:
+      return cpu::Activation::kGelu;
+    case ActFn::kGeluTanh:
+      return cpu::Activation::kGeluTanh;
+    case ActFn::kSilu:
+      return cpu::Activation::kSilu;
+  }
+  STRATA_ASSERT(false);
 }
 
 }  // namespace strata

@@ -16,9 +16,15 @@
 #include <string>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/matmul.h"
 
 namespace strata {
+
+namespace cpu {
+// The CPU kernel's activation for a Backend activation function.
+Activation activation_of(ActFn f);
+}  // namespace cpu
 
 class CpuBackend final : public Backend {
  public:

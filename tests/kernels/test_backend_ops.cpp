@@ -173,36 +173,6 @@ TEST_P(BackendOps, Norms) {
   }
 }
 
-double activation_bound(ActFn a, double x) {
-  switch (a) {
-    case ActFn::kRelu:
-      return 0;
-    case ActFn::kSilu:
-      return kAnyExpErr + 4 * kU32;
-    case ActFn::kGeluTanh: {
-      const double v = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
-      return kAnyExpErr + (14 * std::fabs(v) + 4) * kU32;
-    }
-    case ActFn::kGelu:
-      return kAnyErfcErr + (2.5 * x * x + 8) * kU32;
-  }
-  return 0;
-}
-
-cpu::Activation cpu_activation(ActFn f) {
-  switch (f) {
-    case ActFn::kRelu:
-      return cpu::Activation::kRelu;
-    case ActFn::kGelu:
-      return cpu::Activation::kGelu;
-    case ActFn::kGeluTanh:
-      return cpu::Activation::kGeluTanh;
-    case ActFn::kSilu:
-      break;
-  }
-  return cpu::Activation::kSilu;
-}
-
 TEST_P(BackendOps, ActivationsSwigluAndAdd) {
   uint32_t seed = 100;
   for (const test::RowCase& c : test::kNormCases) {
@@ -215,14 +185,16 @@ TEST_P(BackendOps, ActivationsSwigluAndAdd) {
     std::vector<float> ref(static_cast<size_t>(c.rows * c.d));
     for (const ActFn f : {ActFn::kRelu, ActFn::kGelu, ActFn::kGeluTanh, ActFn::kSilu}) {
       be_->activation(f, yd.as<float>(), ys, xd.as<float>(), xs, c.rows, c.d);
-      ASSERT_EQ(cpu::activation_ref(cpu_activation(f), ref.data(), c.d, x.data(), xs, c.rows, c.d),
-                Status::kOk);
+      ASSERT_EQ(
+          cpu::activation_ref(cpu::activation_of(f), ref.data(), c.d, x.data(), xs, c.rows, c.d),
+          Status::kOk);
       const auto r = test::to_double(ref);
       EXPECT_TRUE(test::all_close(
           rows(down<float>(yd, n_out), c.rows, c.d, ys), r,
           [&](size_t i) {
             const double xi = x[static_cast<size_t>(i / c.d * xs + i % c.d)];
-            return activation_bound(f, xi) * std::fabs(r[i]) + kTiny;
+            return test::activation_rel_bound(f, xi, kAnyExpErr, kAnyErfcErr) * std::fabs(r[i]) +
+                   kTiny;
           },
           "activation " + std::to_string(static_cast<int>(f))));
     }
@@ -235,8 +207,9 @@ TEST_P(BackendOps, ActivationsSwigluAndAdd) {
         [&](size_t i) { return (kAnyExpErr + 6 * kU32) * std::fabs(sr[i]) + kTiny; }, "swiglu"));
     be_->add(yd.as<float>(), ys, xd.as<float>(), xs, ud.as<float>(), xs, c.rows, c.d);
     ASSERT_EQ(cpu::add_ref(ref.data(), c.d, x.data(), xs, u.data(), xs, c.rows, c.d), Status::kOk);
-    EXPECT_TRUE(test::all_close(rows(down<float>(yd, n_out), c.rows, c.d, ys),
-                                test::to_double(ref), [](size_t) { return 0.0; }, "add"));
+    EXPECT_TRUE(test::all_close(
+        rows(down<float>(yd, n_out), c.rows, c.d, ys), test::to_double(ref),
+        [](size_t) { return 0.0; }, "add"));
   }
 }
 
@@ -258,7 +231,8 @@ TEST_P(BackendOps, Rope) {
     const auto q = test::random_floats(static_cast<size_t>(c.tokens * qs), -2.0f, 2.0f, seed++);
     const auto k = test::random_floats(static_cast<size_t>(c.tokens * ks), -2.0f, 2.0f, seed++);
     std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
-    for (int64_t t = 0; t < c.tokens; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(t * 37 % 1000);
+    for (int64_t t = 0; t < c.tokens; ++t)
+      pos[static_cast<size_t>(t)] = static_cast<int32_t>(t * 37 % 1000);
     std::vector<float> inv(static_cast<size_t>(c.rot_dim / 2));
     for (size_t i = 0; i < inv.size(); ++i) {
       inv[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / c.rot_dim));
@@ -274,24 +248,31 @@ TEST_P(BackendOps, Rope) {
               Status::kOk);
     // The bound: the rotated pair's inputs (x0, x1) of each output element.
     auto check = [&](const std::vector<float>& in, const std::vector<float>& out,
-                     const std::vector<float>& ref, int64_t heads, int64_t stride, const char* what) {
+                     const std::vector<float>& ref, int64_t heads, int64_t stride,
+                     const char* what) {
       const auto r = test::to_double(ref);
-      EXPECT_TRUE(test::all_close(out, r, [&](size_t i) {
-        const int64_t t = static_cast<int64_t>(i) / stride, e = static_cast<int64_t>(i) % stride;
-        const int64_t d = e % c.head_dim;
-        if (e >= heads * c.head_dim || d >= c.rot_dim) return 0.0;
-        const int64_t half = c.rot_dim / 2;
-        const int64_t j = c.pairs == RopePairs::kHalf ? d % half : d / 2;
-        const int64_t base = t * stride + e - d;
-        const int64_t i0 = c.pairs == RopePairs::kHalf ? j : 2 * j;
-        const int64_t i1 = c.pairs == RopePairs::kHalf ? j + half : 2 * j + 1;
-        const double ang = static_cast<double>(pos[static_cast<size_t>(t)]) * inv[static_cast<size_t>(j)];
-        const double x0 = in[static_cast<size_t>(base + i0)], x1 = in[static_cast<size_t>(base + i1)];
-        return (std::fabs(x0 * std::cos(ang)) + std::fabs(x1 * std::sin(ang)) +
-                std::fabs(x1 * std::cos(ang)) + std::fabs(x0 * std::sin(ang))) *
-                   (kAnyTrigErr + 3 * kU32) +
-               kU32 * std::fabs(r[i]) + kTiny;
-      }, what));
+      EXPECT_TRUE(test::all_close(
+          out, r,
+          [&](size_t i) {
+            const int64_t t = static_cast<int64_t>(i) / stride,
+                          e = static_cast<int64_t>(i) % stride;
+            const int64_t d = e % c.head_dim;
+            if (e >= heads * c.head_dim || d >= c.rot_dim) return 0.0;
+            const int64_t half = c.rot_dim / 2;
+            const int64_t j = c.pairs == RopePairs::kHalf ? d % half : d / 2;
+            const int64_t base = t * stride + e - d;
+            const int64_t i0 = c.pairs == RopePairs::kHalf ? j : 2 * j;
+            const int64_t i1 = c.pairs == RopePairs::kHalf ? j + half : 2 * j + 1;
+            const double ang =
+                static_cast<double>(pos[static_cast<size_t>(t)]) * inv[static_cast<size_t>(j)];
+            const double x0 = in[static_cast<size_t>(base + i0)],
+                         x1 = in[static_cast<size_t>(base + i1)];
+            return (std::fabs(x0 * std::cos(ang)) + std::fabs(x1 * std::sin(ang)) +
+                    std::fabs(x1 * std::cos(ang)) + std::fabs(x0 * std::sin(ang))) *
+                       (kAnyTrigErr + 3 * kU32) +
+                   kU32 * std::fabs(r[i]) + kTiny;
+          },
+          what));
     };
     check(q, down<float>(qd, q.size()), qr, c.n_head, qs, "rope q");
     check(k, down<float>(kd, k.size()), kr, c.n_kv_head, ks, "rope k");
@@ -308,8 +289,9 @@ TEST_P(BackendOps, GatherRowsAndEmbedding) {
   be_->gather_rows(yd.as<float>(), d + 5, xd.as<float>(), d, idd.as<int32_t>(), n, d);
   std::vector<double> want;
   for (int32_t id : ids) want.insert(want.end(), x.begin() + id * d, x.begin() + (id + 1) * d);
-  EXPECT_TRUE(test::all_close(rows(down<float>(yd, static_cast<size_t>(n * (d + 5))), n, d, d + 5),
-                              want, [](size_t) { return 0.0; }, "gather_rows"));
+  EXPECT_TRUE(test::all_close(
+      rows(down<float>(yd, static_cast<size_t>(n * (d + 5))), n, d, d + 5), want,
+      [](size_t) { return 0.0; }, "gather_rows"));
   // Embedding tables in every storage dtype (d a multiple of the groups).
   const int64_t e = 128;
   const auto t32 = test::random_floats(static_cast<size_t>(n_vocab * e), -1.0f, 1.0f, 301);
@@ -327,8 +309,9 @@ TEST_P(BackendOps, GatherRowsAndEmbedding) {
     std::vector<float> ref(static_cast<size_t>(n * e));
     ASSERT_EQ(cpu::embedding_ref(ref.data(), e, table.data(), t, rb, n_vocab, e, ids.data(), n),
               Status::kOk);
-    EXPECT_TRUE(test::all_close(down<float>(ed, ref.size()), test::to_double(ref),
-                                [](size_t) { return 0.0; }, "embedding"));
+    EXPECT_TRUE(test::all_close(
+        down<float>(ed, ref.size()), test::to_double(ref), [](size_t) { return 0.0; },
+        "embedding"));
   }
 }
 
@@ -336,14 +319,17 @@ TEST_P(BackendOps, Matmul) {
   struct Case {
     int64_t m, n, k;
   };
-  const std::vector<Case> cases = {{1, 1, 32}, {3, 7, 64}, {17, 33, 96}, {32, 64, 576}, {5, 111, 128}};
+  const std::vector<Case> cases = {
+      {1, 1, 32}, {3, 7, 64}, {17, 33, 96}, {32, 64, 576}, {5, 111, 128}};
   uint32_t seed = 400;
   for (const DType compute : {DType::kF32, DType::kBF16}) {
     for (const DType wt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8S32, DType::kQ4A32}) {
       for (const Case& c : cases) {
-        SCOPED_TRACE(::testing::Message() << "compute " << dtype_name(compute) << " w "
-                                          << dtype_name(wt) << " " << c.m << "x" << c.n << "x" << c.k);
-        const auto x = test::random_floats(static_cast<size_t>(c.m * (c.k + 3)), -1.0f, 1.0f, seed++);
+        SCOPED_TRACE(::testing::Message()
+                     << "compute " << dtype_name(compute) << " w " << dtype_name(wt) << " " << c.m
+                     << "x" << c.n << "x" << c.k);
+        const auto x =
+            test::random_floats(static_cast<size_t>(c.m * (c.k + 3)), -1.0f, 1.0f, seed++);
         const auto w32 = test::random_floats(static_cast<size_t>(c.n * c.k), -1.0f, 1.0f, seed++);
         const auto bias = test::random_floats(static_cast<size_t>(c.n), -0.5f, 0.5f, seed++);
         const size_t rb = row_bytes(wt, c.k);
@@ -353,8 +339,8 @@ TEST_P(BackendOps, Matmul) {
         }
         DeviceBuffer xd = up(x), wd = up(w), bd = up(bias);
         DeviceBuffer yd = be_->alloc(static_cast<size_t>(c.m * c.n) * sizeof(float));
-        be_->matmul(yd.as<float>(), c.n, xd.as<float>(), c.k + 3, MatrixView{wd.data(), wt, c.n, c.k, rb},
-                    bd.as<float>(), c.m, compute);
+        be_->matmul(yd.as<float>(), c.n, xd.as<float>(), c.k + 3,
+                    MatrixView{wd.data(), wt, c.n, c.k, rb}, bd.as<float>(), c.m, compute);
         std::vector<float> ref(static_cast<size_t>(c.m * c.n));
         const cpu::ComputeType ct =
             compute == DType::kBF16 ? cpu::ComputeType::kBF16 : cpu::ComputeType::kF32;
@@ -369,7 +355,8 @@ TEST_P(BackendOps, Matmul) {
           for (int64_t i = 0; i < c.m; ++i) {
             double s = std::fabs(bias[static_cast<size_t>(j)]);
             for (int64_t p = 0; p < c.k; ++p) {
-              float xv = x[static_cast<size_t>(i * (c.k + 3) + p)], wv = wrow[static_cast<size_t>(p)];
+              float xv = x[static_cast<size_t>(i * (c.k + 3) + p)],
+                    wv = wrow[static_cast<size_t>(p)];
               if (compute == DType::kBF16) {
                 xv = bf16_to_f32(f32_to_bf16(xv));
                 wv = bf16_to_f32(f32_to_bf16(wv));
@@ -380,9 +367,12 @@ TEST_P(BackendOps, Matmul) {
           }
         }
         const auto r = test::to_double(ref);
-        EXPECT_TRUE(test::all_close(down<float>(yd, ref.size()), r, [&](size_t i) {
-          return (c.k + 2) * kU32 * abs_sum[i] + kU32 * std::fabs(r[i]) + kTiny;
-        }, "matmul"));
+        EXPECT_TRUE(test::all_close(
+            down<float>(yd, ref.size()), r,
+            [&](size_t i) {
+              return (c.k + 2) * kU32 * abs_sum[i] + kU32 * std::fabs(r[i]) + kTiny;
+            },
+            "matmul"));
       }
     }
   }
@@ -419,8 +409,8 @@ TEST_P(BackendOps, KvAppendAndAttention) {
                      td.as<int32_t>(), fd.as<int32_t>(), static_cast<int64_t>(b.touched.size()));
       const int64_t n_head = c.n_kv_head * c.group, q_row = n_head * c.head_dim;
       const int64_t n_tok = b.n_tokens(), q_stride = q_row + 3;
-      const auto q = test::random_floats(static_cast<size_t>(std::max<int64_t>(n_tok, 1) * q_stride),
-                                         -2.0f, 2.0f, seed++);
+      const auto q = test::random_floats(
+          static_cast<size_t>(std::max<int64_t>(n_tok, 1) * q_stride), -2.0f, 2.0f, seed++);
       DeviceBuffer qd = up(q), qi = up(b.q_indptr), kl = up(b.kv_len), pi = up(b.page_indptr),
                    pids = up(b.page_ids);
       AttentionSeqs seqs = b.view<AttentionSeqs>();
@@ -428,7 +418,8 @@ TEST_P(BackendOps, KvAppendAndAttention) {
       seqs.kv_len = kl.as<int32_t>();
       seqs.page_indptr = pi.as<int32_t>();
       seqs.page_ids = pids.as<int32_t>();
-      DeviceBuffer od = be_->alloc(static_cast<size_t>(std::max<int64_t>(n_tok, 1) * q_row) * sizeof(float));
+      DeviceBuffer od =
+          be_->alloc(static_cast<size_t>(std::max<int64_t>(n_tok, 1) * q_row) * sizeof(float));
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
       be_->attention(od.as<float>(), q_row, qd.as<float>(), q_stride, n_head, kv, seqs, scale);
       // The pages as stored, back on the host, for the reference.
@@ -448,8 +439,9 @@ TEST_P(BackendOps, KvAppendAndAttention) {
       for (size_t t = 0; t < slots.size(); ++t) {
         const int64_t page = slots[t] / c.page_size, off = slots[t] % c.page_size;
         for (int64_t e2 = 0; e2 < row; ++e2) {
-          const double want = dtype == DType::kF32 ? k[t * static_cast<size_t>(row) + e2]
-                                                   : f16_to_f32(f32_to_f16(k[t * static_cast<size_t>(row) + e2]));
+          const double want = dtype == DType::kF32
+                                  ? k[t * static_cast<size_t>(row) + e2]
+                                  : f16_to_f32(f32_to_f16(k[t * static_cast<size_t>(row) + e2]));
           ASSERT_EQ(test::kv_stored(dtype, kp[static_cast<size_t>(page)], off * row + e2), want)
               << "key " << t << " element " << e2;
         }
@@ -476,8 +468,8 @@ TEST_P(BackendOps, KvAppendAndAttention) {
             return 2 * e_max + 2 * static_cast<double>(nk + 2) * (kAnyExpErr + range * kU32) +
                    static_cast<double>(5 * nk + 6) * kU32;
           });
-      EXPECT_TRUE(test::all_close(down<float>(od, ref.size()), r, [&](size_t i) { return tol[i]; },
-                                  "attention"));
+      EXPECT_TRUE(test::all_close(
+          down<float>(od, ref.size()), r, [&](size_t i) { return tol[i]; }, "attention"));
     }
   }
 }

@@ -24,11 +24,12 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/cuda_test_util.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda_test_util.h"
 #include "support/op_bounds.h"
 
 namespace strata::cuda {
@@ -281,35 +282,6 @@ std::vector<float> activation_inputs(size_t n, uint32_t seed) {
   return v;
 }
 
-double activation_rel_bound(ActFn a, double x) {
-  switch (a) {
-    case ActFn::kRelu:
-      return 0;
-    case ActFn::kSilu:
-      return kExpErr + 4 * kU32;
-    case ActFn::kGeluTanh: {
-      const double v = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
-      return kExpErr + (14 * std::fabs(v) + 4) * kU32;
-    }
-    case ActFn::kGelu:
-      return test::kErfcErr + (2.5 * x * x + 8) * kU32;
-  }
-  return 0;
-}
-
-cpu::Activation cpu_act(ActFn f) {
-  switch (f) {
-    case ActFn::kRelu:
-      return cpu::Activation::kRelu;
-    case ActFn::kGelu:
-      return cpu::Activation::kGelu;
-    case ActFn::kGeluTanh:
-      return cpu::Activation::kGeluTanh;
-    default:
-      return cpu::Activation::kSilu;
-  }
-}
-
 class CudaActivation : public ::testing::TestWithParam<ActFn> {};
 
 TEST_P(CudaActivation, MatchesReference) {
@@ -324,15 +296,17 @@ TEST_P(CudaActivation, MatchesReference) {
     ASSERT_EQ(activation(GetParam(), y.data(), y.stride(), x.data(), x.stride(), rows, d, kStream),
               Status::kOk);
     std::vector<float> ref(xv.size());
-    ASSERT_EQ(cpu::activation_ref(cpu_act(GetParam()), ref.data(), d, xv.data(), d, rows, d),
-              Status::kOk);
+    ASSERT_EQ(
+        cpu::activation_ref(cpu::activation_of(GetParam()), ref.data(), d, xv.data(), d, rows, d),
+        Status::kOk);
     EXPECT_TRUE(y.canaries_intact());
     const auto r = test::to_double(ref);
     const auto out = y.rows();
     EXPECT_TRUE(test::all_close(
         out, r,
         [&](size_t i) {
-          return activation_rel_bound(GetParam(), xv[i]) * std::fabs(r[i]) +
+          return test::activation_rel_bound(GetParam(), xv[i], kExpErr, test::kErfcErr) *
+                     std::fabs(r[i]) +
                  kU32 * std::fabs(r[i]) + kTiny;
         },
         "activation"));

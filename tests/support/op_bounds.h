@@ -10,9 +10,28 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "support/all_close.h"
 
 namespace strata::test {
+
+// The accuracy of an activation relative to |ref| for an implementation
+// whose exp and erfc are within exp_err and erfc_err (relative).
+inline double activation_rel_bound(ActFn a, double x, double exp_err, double erfc_err) {
+  switch (a) {
+    case ActFn::kRelu:
+      return 0;
+    case ActFn::kSilu:
+      return exp_err + 4 * kU32;
+    case ActFn::kGeluTanh: {
+      const double v = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+      return exp_err + (14 * std::fabs(v) + 4) * kU32;
+    }
+    case ActFn::kGelu:
+      return erfc_err + (2.5 * x * x + 8) * kU32;
+  }
+  return 0;
+}
 
 // Rows of a row op: `rows` rows of `d` values, input and output rows padded
 // by x_pad and y_pad elements (strides d + pad).
