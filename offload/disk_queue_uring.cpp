@@ -215,10 +215,12 @@ class UringQueue final : public Queue {
           resubmit_.push_back(s);
           continue;
         }
+        // The busy time ends before the waiter is released (as on the
+        // thread queue), so stats read after a wait count all of it.
+        io_ended();
         finish_chunk(slots_[s], st == Step::kDone);
         free_slots_.push_back(s);
         --n_in_flight_;
-        io_ended();
       }
       io_uring_cq_advance(&ring_, seen);
     }
