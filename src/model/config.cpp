@@ -10,6 +10,7 @@
 #include "io/gguf.h"
 #include "io/json.h"
 #include "io/one_line.h"
+#include "model/family.h"
 
 namespace strata {
 
@@ -24,7 +25,7 @@ constexpr int64_t kMaxHeads = 1 << 12;
 constexpr int64_t kMaxHeadDim = 1 << 14;
 constexpr int64_t kMaxFf = 1 << 24;
 constexpr int64_t kMaxVocab = 1 << 26;
-constexpr int64_t kMaxCtx = int64_t{1} << 30;
+constexpr int64_t kMaxCtx = kMaxModelContext;
 
 // Token ids under `key`: absent or null -> {}, an integer -> {id}, a list of integers.
 std::vector<int64_t> read_ids(const JsonObject& o, std::string_view key) {
@@ -50,195 +51,7 @@ void append_unique(std::vector<int64_t>& out, const std::vector<int64_t>& ids) {
   }
 }
 
-float read_positive(const JsonObject& o, std::string_view key) {
-  auto v = o.get_number(key);
-  if (!v) fail("{} is missing; it is required", o.where(key));
-  if (!(std::isfinite(*v) && *v > 0)) fail("{} is {}, expected a positive number", o.where(key), *v);
-  return static_cast<float>(*v);
-}
-
-// A rope_scaling (or rope_parameters) object; null or "default" -> none.
-RopeScaling read_rope_scaling(const JsonObject& s) {
-  RopeScaling r;
-  std::string type;
-  if (auto t = s.get_string("rope_type")) {
-    type = *t;
-  } else if (auto t2 = s.get_string("type")) {
-    type = *t2;
-  } else {
-    fail("{} is missing; it is required", s.where("rope_type"));
-  }
-  if (type == "default") return r;
-  if (type == "linear") {
-    r.type = RopeScaling::Type::kLinear;
-    r.factor = read_positive(s, "factor");
-    return r;
-  }
-  if (type == "llama3") {
-    r.type = RopeScaling::Type::kLlama3;
-    r.factor = read_positive(s, "factor");
-    r.low_freq_factor = read_positive(s, "low_freq_factor");
-    r.high_freq_factor = read_positive(s, "high_freq_factor");
-    r.original_max_position = s.require_int("original_max_position_embeddings", 1);
-    return r;
-  }
-  fail("{} is '{}', which Strata does not support (supported: default, linear, llama3)",
-       s.where("rope_type"), one_line(type, 100));
-}
-
-// rope_theta and rope_scaling, in either the flat layout (rope_theta,
-// rope_scaling) or the nested one (rope_parameters {rope_type, rope_theta, ...}).
-void read_rope(const JsonObject& cfg, ModelConfig& c) {
-  c.rope_layout = RopeLayout::kHalf;
-  if (auto f = cfg.get_number("partial_rotary_factor"); f && *f != 1.0) {
-    fail("{} is {}; Strata rotates whole heads only", cfg.where("partial_rotary_factor"), *f);
-  }
-  const Json& j = cfg.json();
-  if (cfg.has("rope_parameters")) {
-    JsonObject rp(j.at("rope_parameters"), cfg.path(), "rope_parameters");
-    if (rp.has("rope_theta")) c.rope_theta = read_positive(rp, "rope_theta");
-    else if (cfg.has("rope_theta")) c.rope_theta = read_positive(cfg, "rope_theta");
-    c.rope_scaling = read_rope_scaling(rp);
-    return;
-  }
-  if (cfg.has("rope_theta")) c.rope_theta = read_positive(cfg, "rope_theta");
-  if (cfg.has("rope_scaling")) {
-    JsonObject rs(j.at("rope_scaling"), cfg.path(), "rope_scaling");
-    c.rope_scaling = read_rope_scaling(rs);
-  }
-}
-
-std::string arch_for_model_type(std::string_view t) {
-  if (t == "opt") return "OPTForCausalLM";
-  if (t == "llama") return "LlamaForCausalLM";
-  if (t == "mistral") return "MistralForCausalLM";
-  if (t == "qwen2") return "Qwen2ForCausalLM";
-  return {};
-}
-
-std::string supported_list() {
-  std::string s;
-  for (auto a : supported_architectures()) {
-    if (!s.empty()) s += ", ";
-    s += a;
-  }
-  return s;
-}
-
-void read_opt(const JsonObject& cfg, ModelConfig& c) {
-  const std::string& p = cfg.path();
-  if (!cfg.get_bool("do_layer_norm_before").value_or(true)) {
-    fail("{}: do_layer_norm_before is false (post-LayerNorm OPT, e.g. OPT-350m); Strata runs "
-         "pre-LayerNorm OPT models only",
-         p);
-  }
-  c.n_embd = cfg.require_int("hidden_size");
-  const int64_t proj = cfg.get_int("word_embed_proj_dim").value_or(c.n_embd);
-  if (proj != c.n_embd) {
-    fail("{}: word_embed_proj_dim {} differs from hidden_size {} (projected embeddings, e.g. "
-         "OPT-350m); Strata does not support this OPT variant",
-         p, proj, c.n_embd);
-  }
-  if (cfg.get_bool("_remove_final_layer_norm").value_or(false)) {
-    fail("{}: _remove_final_layer_norm is true; Strata runs OPT models with a final LayerNorm", p);
-  }
-  if (!cfg.get_bool("layer_norm_elementwise_affine").value_or(true)) {
-    fail("{}: layer_norm_elementwise_affine is false; Strata runs OPT models with LayerNorm "
-         "weights",
-         p);
-  }
-  const std::string act = cfg.get_string("activation_function").value_or("relu");
-  if (act == "relu") {
-    c.act = Activation::kRelu;
-  } else if (act == "gelu") {
-    c.act = Activation::kGelu;
-  } else {
-    fail("{} is '{}' (supported: relu, gelu)", cfg.where("activation_function"), one_line(act, 100));
-  }
-  c.family = Family::kOpt;
-  c.n_layer = cfg.require_int("num_hidden_layers");
-  c.n_head = cfg.require_int("num_attention_heads");
-  c.n_kv_head = c.n_head;
-  c.n_ff = cfg.require_int("ffn_dim");
-  c.n_vocab = cfg.require_int("vocab_size");
-  c.n_ctx = cfg.require_int("max_position_embeddings");
-  if (c.n_embd % c.n_head != 0) {
-    fail("{}: hidden_size {} is not a multiple of num_attention_heads {}", p, c.n_embd, c.n_head);
-  }
-  c.head_dim = c.n_embd / c.n_head;
-  c.norm = NormKind::kLayerNorm;
-  c.norm_eps = 1e-5f;  // torch.nn.LayerNorm's default, which OPT uses
-  c.norm_bias = true;
-  c.gated_ffn = false;
-  const bool bias = cfg.get_bool("enable_bias").value_or(true);
-  c.attn_qkv_bias = c.attn_out_bias = c.ffn_bias = bias;
-  c.tie_embeddings = cfg.get_bool("tie_word_embeddings").value_or(true);
-  c.learned_pos = true;
-  c.pos_offset = 2;
-  c.rope_layout = RopeLayout::kNone;
-}
-
-void read_llama_family(const JsonObject& cfg, ModelConfig& c) {
-  const std::string& p = cfg.path();
-  const std::string& a = c.architecture;
-  const bool qwen2 = a == "Qwen2ForCausalLM";
-  const bool mistral = a == "MistralForCausalLM";
-  c.family = Family::kLlama;
-  c.n_embd = cfg.require_int("hidden_size");
-  c.n_layer = cfg.require_int("num_hidden_layers");
-  c.n_head = cfg.require_int("num_attention_heads");
-  c.n_kv_head = cfg.get_int("num_key_value_heads").value_or(c.n_head);
-  c.n_ff = cfg.require_int("intermediate_size");
-  c.n_vocab = cfg.require_int("vocab_size");
-  c.n_ctx = cfg.require_int("max_position_embeddings");
-  if (auto hd = cfg.get_int("head_dim")) {
-    c.head_dim = *hd;
-  } else {
-    if (c.n_embd % c.n_head != 0) {
-      fail("{}: hidden_size {} is not a multiple of num_attention_heads {} and there is no head_dim",
-           p, c.n_embd, c.n_head);
-    }
-    c.head_dim = c.n_embd / c.n_head;
-  }
-  const std::string act = cfg.get_string("hidden_act").value_or("silu");
-  if (act != "silu") fail("{} is '{}' (supported: silu)", cfg.where("hidden_act"), one_line(act, 100));
-  c.act = Activation::kSilu;
-  c.gated_ffn = true;
-  c.norm = NormKind::kRmsNorm;
-  c.norm_bias = false;
-  c.norm_eps = static_cast<float>(cfg.get_number("rms_norm_eps").value_or(1e-6));
-  if (qwen2) {
-    // Qwen2's q/k/v projections always have a bias, its output projection none.
-    c.attn_qkv_bias = true;
-    c.attn_out_bias = false;
-    if (cfg.get_bool("use_sliding_window").value_or(false)) {
-      fail("{}: use_sliding_window is true; Strata runs Qwen2 models with full attention only", p);
-    }
-  } else {
-    const bool bias = cfg.get_bool("attention_bias").value_or(false);
-    c.attn_qkv_bias = c.attn_out_bias = bias;
-  }
-  c.ffn_bias = !qwen2 && !mistral && cfg.get_bool("mlp_bias").value_or(false);
-  c.tie_embeddings = cfg.get_bool("tie_word_embeddings").value_or(false);
-  if (mistral) {
-    // MistralConfig's default window is 4096; null means none.
-    auto it = cfg.json().find("sliding_window");
-    if (it == cfg.json().end()) {
-      c.sliding_window = 4096;
-    } else if (!it->is_null()) {
-      c.sliding_window = cfg.get_int_in("sliding_window", 0, kMaxCtx).value();
-    }
-  }
-  read_rope(cfg, c);
-}
-
 }  // namespace
-
-const std::vector<std::string_view>& supported_architectures() {
-  static const std::vector<std::string_view> kArchs = {"OPTForCausalLM", "LlamaForCausalLM",
-                                                       "MistralForCausalLM", "Qwen2ForCausalLM"};
-  return kArchs;
-}
 
 std::string_view family_name(Family f) {
   switch (f) {
@@ -343,6 +156,7 @@ ModelConfig config_from_hf_json(const std::string& path) {
     const JsonObject cfg(j, path);
 
     // The first architecture this build supports; else the model_type.
+    const ModelFamily* family = nullptr;
     std::string first;
     auto arch_it = j.find("architectures");
     if (arch_it != j.end() && !arch_it->is_null()) {
@@ -351,32 +165,26 @@ ModelConfig config_from_hf_json(const std::string& path) {
         if (!a.is_string()) continue;
         const std::string name = a.get<std::string>();
         if (first.empty()) first = name;
-        for (auto s : supported_architectures()) {
-          if (s == name && c.architecture.empty()) c.architecture = name;
-        }
+        if (!family) family = family_by_hf_architecture(name);
       }
     }
-    if (c.architecture.empty() && first.empty()) {
+    if (!family && first.empty()) {
       const std::string mt = cfg.get_string("model_type").value_or("");
-      c.architecture = arch_for_model_type(mt);
-      if (c.architecture.empty()) {
+      family = family_by_model_type(mt);
+      if (!family) {
         if (mt.empty()) {
           fail("{}: no 'architectures' or 'model_type'; cannot tell which model this is", path);
         }
         fail("{}: model_type '{}' is not supported (supported: {})", path, one_line(mt, 100),
-             supported_list());
+             supported_hf_architectures());
       }
     }
-    if (c.architecture.empty()) {
+    if (!family) {
       fail("{}: architecture '{}' is not supported (supported: {})", path, one_line(first, 100),
-           supported_list());
+           supported_hf_architectures());
     }
-
-    if (c.architecture == "OPTForCausalLM") {
-      read_opt(cfg, c);
-    } else {
-      read_llama_family(cfg, c);
-    }
+    c.architecture = family->hf_architecture;
+    family->read_hf_config(cfg, c);
 
     c.bos_id = cfg.get_int("bos_token_id").value_or(-1);
     c.eos_ids = read_ids(cfg, "eos_token_id");
@@ -401,9 +209,10 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   ModelConfig c;
   const auto arch = g.get_string("general.architecture");
   if (!arch) fail("{}: no general.architecture in the metadata; this GGUF does not describe a model", p);
-  const bool qwen2 = *arch == "qwen2";
-  if (*arch != "llama" && !qwen2) {
-    fail("{}: architecture '{}' is not supported (supported: llama, qwen2)", p, one_line(*arch, 100));
+  const ModelFamily* family = family_by_gguf_architecture(*arch);
+  if (!family) {
+    fail("{}: architecture '{}' is not supported (supported: {})", p, one_line(*arch, 100),
+         supported_gguf_architectures());
   }
   auto key = [&](std::string_view k) { return fmt::format("{}.{}", *arch, k); };
   auto req = [&](std::string_view k) -> int64_t {
@@ -413,8 +222,8 @@ ModelConfig config_from_gguf(const GgufFile& g) {
     return *v;
   };
 
-  c.architecture = qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
-  c.family = Family::kLlama;
+  c.architecture = family->hf_architecture;
+  c.family = family->family;
   c.n_layer = req("block_count");
   c.n_embd = req("embedding_length");
   c.n_ff = req("feed_forward_length");
@@ -456,7 +265,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   c.norm_eps = static_cast<float>(*eps);
   c.act = Activation::kSilu;
   c.gated_ffn = true;
-  c.attn_qkv_bias = qwen2;
+  c.attn_qkv_bias = family->gguf_qkv_bias;
   c.attn_out_bias = false;
   c.ffn_bias = false;
   c.norm_bias = false;
@@ -471,8 +280,9 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   // every head permuted in the same way for q and k; a dot product does not
   // change when both sides are permuted alike, so the attention scores (and V,
   // which is not permuted) are identical and no rows need to be moved back.
-  // Qwen2 rows are not permuted by the converter: they keep the half layout.
-  c.rope_layout = qwen2 ? RopeLayout::kHalf : RopeLayout::kInterleaved;
+  // Qwen2 rows are not permuted by the converter: they keep the half layout
+  // (ModelFamily::gguf_rope_layout).
+  c.rope_layout = family->gguf_rope_layout;
   c.rope_theta = static_cast<float>(g.get_float(key("rope.freq_base")).value_or(10000.0));
   const std::string scaling(g.get_string(key("rope.scaling.type")).value_or(""));
   if (scaling == "linear") {

@@ -1,5 +1,6 @@
 // Model hyper-parameters for the two families Strata runs, read from a Hugging
-// Face config.json or from GGUF metadata. Plain data: the forward pass, the
+// Face config.json or from GGUF metadata (each family's readers and names:
+// model/family.h). Plain data: the forward pass, the
 // offload engine and the policy's model shapes are all derived from it.
 //
 //   OPT family:   LayerNorm (with bias), learned absolute positions (offset 2),
@@ -18,6 +19,10 @@ namespace strata {
 class GgufFile;
 
 enum class Family { kOpt, kLlama };
+
+// The longest context a config may state: far above any real model, it
+// keeps products of sizes inside int64.
+inline constexpr int64_t kMaxModelContext = int64_t{1} << 30;
 enum class NormKind { kLayerNorm, kRmsNorm };
 enum class Activation { kRelu, kGelu, kSilu };
 
@@ -90,9 +95,6 @@ ModelConfig config_from_gguf(const GgufFile& gguf);
 // multiple of n_kv_head, even head_dim with RoPE, ids inside the vocabulary);
 // throws Error naming `source` otherwise.
 void validate_config(const ModelConfig& c, const std::string& source);
-
-// Hugging Face architecture names this build reads.
-const std::vector<std::string_view>& supported_architectures();
 
 std::string_view family_name(Family f);         // "opt", "llama"
 std::string_view norm_name(NormKind n);         // "layer_norm", "rms_norm"

@@ -11,6 +11,7 @@
 #include "io/mapped_file.h"
 #include "io/one_line.h"
 #include "io/safetensors.h"
+#include "model/family.h"
 
 namespace strata {
 
@@ -56,17 +57,17 @@ std::vector<Want> expected_tensors(const ModelConfig& c) {
   return w;
 }
 
-// The Hugging Face name of a canonical tensor. `opt_prefix` is "model.decoder."
-// or "decoder." (OPT checkpoints come with and without the "model." prefix).
-std::string hf_name(const std::string& canonical, Family family, const std::string& opt_prefix) {
-  const bool opt = family == Family::kOpt;
-  const std::string base = opt ? opt_prefix : "model.";
+// The Hugging Face name of a canonical tensor in a family whose names are
+// `names`, with `prefix` (names.prefix or names.alt_prefix, as the files say).
+std::string hf_name(const std::string& canonical, const HfTensorNames& names,
+                    std::string_view prefix) {
+  const std::string base(prefix);
   if (canonical == "token_embd.weight") return base + "embed_tokens.weight";
   if (canonical == "position_embd.weight") return base + "embed_positions.weight";
   if (canonical == "output.weight") return "lm_head.weight";
   if (canonical.starts_with("output_norm.")) {
-    const std::string suffix = canonical.substr(std::string("output_norm.").size());
-    return base + (opt ? "final_layer_norm." : "norm.") + suffix;
+    const std::string suffix = canonical.substr(std::string("output_norm").size());
+    return base + std::string(names.output_norm) + suffix;
   }
   // blk.N.stem.suffix
   const size_t dot1 = canonical.find('.');
@@ -76,23 +77,10 @@ std::string hf_name(const std::string& canonical, Family family, const std::stri
   const std::string layer = canonical.substr(dot1 + 1, dot2 - dot1 - 1);
   const std::string stem = canonical.substr(dot2 + 1, dot3 - dot2 - 1);
   const std::string suffix = canonical.substr(dot3);  // ".weight" / ".bias"
-  static const std::map<std::string, std::pair<const char*, const char*>> kStems = {
-      // canonical       Llama family                          OPT
-      {"attn_norm", {"input_layernorm", "self_attn_layer_norm"}},
-      {"attn_q", {"self_attn.q_proj", "self_attn.q_proj"}},
-      {"attn_k", {"self_attn.k_proj", "self_attn.k_proj"}},
-      {"attn_v", {"self_attn.v_proj", "self_attn.v_proj"}},
-      {"attn_output", {"self_attn.o_proj", "self_attn.out_proj"}},
-      {"ffn_norm", {"post_attention_layernorm", "final_layer_norm"}},
-      {"ffn_gate", {"mlp.gate_proj", nullptr}},
-      {"ffn_up", {"mlp.up_proj", "fc1"}},
-      {"ffn_down", {"mlp.down_proj", "fc2"}},
-  };
-  auto it = kStems.find(stem);
-  STRATA_ASSERT_MSG(it != kStems.end(), "no Hugging Face name for {}", canonical);
-  const char* hf = opt ? it->second.second : it->second.first;
-  STRATA_ASSERT_MSG(hf != nullptr, "no Hugging Face name for {}", canonical);
-  return base + "layers." + layer + "." + hf + suffix;
+  const auto it = std::find_if(names.layer.begin(), names.layer.end(),
+                               [&](const auto& n) { return n.first == stem; });
+  STRATA_ASSERT_MSG(it != names.layer.end(), "no Hugging Face name for {}", canonical);
+  return base + "layers." + layer + "." + std::string(it->second) + suffix;
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) {
@@ -186,14 +174,18 @@ void Model::open_hf_dir(const std::string& dir) {
     maps_.push_back(&shard->file());
   }
 
-  std::string opt_prefix = "model.decoder.";
-  if (c.family == Family::kOpt && !set.find("model.decoder.embed_tokens.weight") &&
-      set.find("decoder.embed_tokens.weight")) {
-    opt_prefix = "decoder.";
+  const ModelFamily* family = family_by_hf_architecture(c.architecture);
+  STRATA_ASSERT(family != nullptr);
+  const HfTensorNames& names = family->hf_names;
+  std::string_view prefix = names.prefix;
+  if (!names.alt_prefix.empty() &&
+      !set.find(std::string(names.prefix) + "embed_tokens.weight") &&
+      set.find(std::string(names.alt_prefix) + "embed_tokens.weight")) {
+    prefix = names.alt_prefix;
   }
   std::set<std::string> used;
   for (const Want& w : expected_tensors(c)) {
-    const std::string src = hf_name(w.name, c.family, opt_prefix);
+    const std::string src = hf_name(w.name, names, prefix);
     const SafetensorsSet::Entry* e = set.find(src);
     if (!e) {
       fail("{}: tensor '{}' is missing; a {} with this config.json needs it", dir, src,
