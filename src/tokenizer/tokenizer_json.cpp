@@ -27,6 +27,7 @@ using json = nlohmann::json;
 using tok::TokenKind;
 
 constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;  // 16.7M: far above any real vocabulary
+constexpr int64_t kMaxUnusedIds = 1024;  // beyond as many unused ids as used ones
 
 json read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -545,6 +546,15 @@ std::unique_ptr<Tokenizer> build(const json& root, const std::string& file, cons
     }
   }
   if (max_id < 0) f.bad("model.vocab", "is empty");
+  // Every id up to the largest gets an entry: a vocabulary whose ids are
+  // mostly unused (a few tokens with ids in the millions) would cost memory
+  // and time for nothing and is no real tokenizer's.
+  const int64_t n_given = static_cast<int64_t>(vocab_json.size() + added.size());
+  if (max_id + 1 > 2 * n_given + kMaxUnusedIds) {
+    f.bad("model.vocab", fmt::format("and added_tokens give {} tokens with ids up to {}: more than "
+                                     "half of the ids would be unused",
+                                     n_given, max_id));
+  }
   const int32_t n = static_cast<int32_t>(max_id + 1);
   tok::Vocab& vocab = impl->vocab;
   vocab.text.assign(n, std::string());

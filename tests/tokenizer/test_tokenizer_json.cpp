@@ -258,6 +258,16 @@ TEST(TokenizerJson, MalformedFilesNameTheFileAndField) {
                {path, "model.vocab['a']", "-4"});
   expect_error(error_of(dir, R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 0}}})"),
                {path, "model.vocab", "id 0"});
+  // A few tokens with ids in the millions: refused before anything the size
+  // of the id range is allocated. Ids with a few gaps are fine.
+  expect_error(error_of(dir, R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 7846761}}})"),
+               {path, "model.vocab", "2 tokens", "7846761"});
+  expect_error(error_of(dir, R"({"model": {"type": "BPE", "vocab": {"a": 0}},
+                                 "added_tokens": [{"id": 1028, "content": "<s>"}]})"),
+               {path, "model.vocab", "2 tokens", "1028"});
+  dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}},
+                                 "added_tokens": [{"id": 1027, "content": "<s>"}]})");
+  EXPECT_EQ(Tokenizer::from_json_file(dir.file("tokenizer.json"))->n_vocab(), 1028);
   expect_error(
       error_of(
           dir,
