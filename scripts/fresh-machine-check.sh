@@ -44,14 +44,17 @@ for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do
 done
 [ -n "$sources" ] || { echo "fresh-machine-check: no Debian 12 (bookworm) apt source on this machine" >&2; exit 1; }
 
-if [ "$refresh" -eq 1 ] || [ ! -s "$tarball" ]; then
+if [ "$refresh" -eq 1 ] || [ ! -f "$tarball" ] || [ ! -s "$tarball" ]; then
   command -v mmdebstrap >/dev/null || {
     echo "fresh-machine-check: installing mmdebstrap"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
   }
   echo "fresh-machine-check: building a minimal Debian 12 root from $sources"
-  mmdebstrap --quiet --variant=minbase --mode=root bookworm "$tarball.tmp" "$sources"
-  mv "$tarball.tmp" "$tarball"
+  # mmdebstrap picks its output format from the name: say tar, and write
+  # under a name that ends in .tar until it is complete.
+  rm -rf "$tarball" "$cache/partial.tar"
+  mmdebstrap --quiet --variant=minbase --mode=root --format=tar bookworm "$cache/partial.tar" "$sources"
+  mv "$cache/partial.tar" "$tarball"
 fi
 
 unmount_all() {
