@@ -27,6 +27,7 @@
 #include "offload/kv_staging.h"
 #include "offload/pack_build.h"
 #include "offload/pack_weights.h"
+#include "offload/plan_fit.h"
 #include "offload/schedule.h"
 #include "offload/tier_budgets.h"
 #include "offload/weight_placement.h"
@@ -117,16 +118,7 @@ class OffloadEngine final : public Engine {
   EngineStats stats_;
 };
 
-KvGeometry OffloadEngine::kv_geometry() const {
-  const ModelConfig& c = config();
-  KvGeometry g;
-  g.n_layer = c.n_layer;
-  g.n_kv_head = c.n_kv_head;
-  g.head_dim = c.head_dim;
-  g.dtype = opt_.kv_dtype;
-  g.page_size = opt_.page_size;
-  return g;
-}
+KvGeometry OffloadEngine::kv_geometry() const { return kv_geometry_of(config(), opt_); }
 
 OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
                              ComputeDevice device)
@@ -137,32 +129,18 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
       fwd_(backend_, model.config(), opt_.compute_dtype) {
   const ModelConfig& c = model.config();
   // ---- what runs on this device: decided once ----
-  const DeviceCaps caps = device_caps(backend_);
-  opt_.placement.validate("placement");
-  placement_ = opt_.placement.folded(caps.memory_is_host);
-  check_dtypes(caps, opt_.compute_dtype, opt_.kv_dtype);
-  check_placement(caps, placement_, opt_.cpu_attention);
-  mode_ = memory_mode(caps, opt_.cpu_attention);
-
-  PackOptions po;
-  po.weight_dtype = opt_.weight_dtype;
-  wplace_ = place_weights(model.desc(), po, placement_);
+  const PlanLayout layout = lay_out_plan(model, opt_, device_caps(backend_));
+  placement_ = layout.placement;
+  mode_ = layout.mode;
+  wplace_ = layout.weights;
+  const PackOptions& po = layout.pack;
   const KvGeometry geo = kv_geometry();
-  const bool kv_disk = placement_.disk(DataKind::kKv) > 1e-12;
-  const bool need_dir = wplace_.any_on_disk() || kv_disk || opt_.weight_dtype.has_value();
-  if (need_dir && opt_.offload_dir.empty()) {
-    fail("this placement keeps {} on disk but no offload directory was given; pass --offload-dir DIR",
-         wplace_.any_on_disk() ? "weights" : kv_disk ? "KV cache pages" : "the weight pack");
-  }
+  const bool kv_disk = layout.kv_on_disk;
+  const bool need_dir = layout.need_dir;
 
   // ---- budgets: the weights, and a planned block, before anything is built ----
   TierBudgets::Options to;
-  to.gpu_mem = opt_.gpu_mem;
-  to.cpu_mem = opt_.cpu_mem;
-  to.disk_mem = opt_.disk_mem;
-  to.default_device_bytes = dev_.default_device_bytes;
-  to.offload_dir = opt_.offload_dir;
-  to.need_dir = need_dir;
+  static_cast<BudgetRequest&>(to) = layout.budget_request(opt_, dev_.default_device_bytes);
   to.device_name = backend_.name();
   tiers_ = std::make_unique<TierBudgets>(to, mode_, std::move(dev_.host_allocator));
   tiers_->check_weights(wplace_);

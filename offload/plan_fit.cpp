@@ -11,46 +11,65 @@
 
 namespace strata {
 
+PlanLayout lay_out_plan(const Model& model, const EngineOptions& o, const DeviceCaps& caps) {
+  PlanLayout l;
+  o.placement.validate("placement");
+  l.placement = o.placement.folded(caps.memory_is_host);
+  check_dtypes(caps, o.compute_dtype, o.kv_dtype);
+  check_placement(caps, l.placement, o.cpu_attention);
+  l.mode = memory_mode(caps, o.cpu_attention);
+  l.pack.weight_dtype = o.weight_dtype;
+  l.weights = place_weights(model.desc(), l.pack, l.placement);
+  l.kv_on_disk = l.placement.disk(DataKind::kKv) > 1e-12;
+  l.need_dir = l.weights.any_on_disk() || l.kv_on_disk || o.weight_dtype.has_value();
+  if (l.need_dir && o.offload_dir.empty()) {
+    fail(
+        "this placement keeps {} on disk but no offload directory was given; pass --offload-dir "
+        "DIR",
+        l.weights.any_on_disk() ? "weights"
+        : l.kv_on_disk          ? "KV cache pages"
+                                : "the weight pack");
+  }
+  return l;
+}
+
+BudgetRequest PlanLayout::budget_request(const EngineOptions& o,
+                                         uint64_t default_device_bytes) const {
+  BudgetRequest r;
+  r.gpu_mem = o.gpu_mem;
+  r.cpu_mem = o.cpu_mem;
+  r.disk_mem = o.disk_mem;
+  r.default_device_bytes = default_device_bytes;
+  r.offload_dir = o.offload_dir;
+  r.need_dir = need_dir;
+  return r;
+}
+
+KvGeometry kv_geometry_of(const ModelConfig& c, const EngineOptions& o) {
+  KvGeometry g;
+  g.n_layer = c.n_layer;
+  g.n_kv_head = c.n_kv_head;
+  g.head_dim = c.head_dim;
+  g.dtype = o.kv_dtype;
+  g.page_size = o.page_size;
+  return g;
+}
+
 PlanFit plan_fit(const Model& model, const EngineOptions& options, const DeviceCaps& caps,
                  uint64_t default_device_bytes) {
   PlanFit fit;
   try {
     const EngineOptions o = validated_options(options);
-    o.placement.validate("placement");
-    const Placement placement = o.placement.folded(caps.memory_is_host);
-    check_dtypes(caps, o.compute_dtype, o.kv_dtype);
-    check_placement(caps, placement, o.cpu_attention);
-    const MemoryMode mode = memory_mode(caps, o.cpu_attention);
-    PackOptions po;
-    po.weight_dtype = o.weight_dtype;
-    const WeightPlacement wp = place_weights(model.desc(), po, placement);
-    const bool kv_disk = placement.disk(DataKind::kKv) > 1e-12;
-    BudgetRequest br;
-    br.gpu_mem = o.gpu_mem;
-    br.cpu_mem = o.cpu_mem;
-    br.disk_mem = o.disk_mem;
-    br.default_device_bytes = default_device_bytes;
-    br.offload_dir = o.offload_dir;
-    br.need_dir = wp.any_on_disk() || kv_disk || o.weight_dtype.has_value();
-    if (br.need_dir && o.offload_dir.empty()) {
-      fail("this placement keeps data on disk but no offload directory was given");
-    }
-    fit.budget = tier_budgets_for(br, mode);
-    fit.need = weight_tier_bytes(wp, mode);
+    const PlanLayout l = lay_out_plan(model, o, caps);
+    fit.budget = tier_budgets_for(l.budget_request(o, default_device_bytes), l.mode);
+    fit.need = weight_tier_bytes(l.weights, l.mode);
     fit.kv_budget = o.kv_budget_bytes;
     if (o.plan_prompt_tokens > 0 && o.plan_new_tokens > 0) {
-      const ModelConfig& c = model.config();
-      KvGeometry g;
-      g.n_layer = c.n_layer;
-      g.n_kv_head = c.n_kv_head;
-      g.head_dim = c.head_dim;
-      g.dtype = o.kv_dtype;
-      g.page_size = o.page_size;
-      const BlockMemory m = block_memory(
-          c, g, placement,
-          BlockShape::full(o.gpu_batch_size, o.num_gpu_batches, o.plan_prompt_tokens,
-                           o.plan_new_tokens));
-      const BlockTiers t = block_tiers(m, mode);
+      const BlockMemory m =
+          block_memory(model.config(), kv_geometry_of(model.config(), o), l.placement,
+                       BlockShape::full(o.gpu_batch_size, o.num_gpu_batches, o.plan_prompt_tokens,
+                                        o.plan_new_tokens));
+      const BlockTiers t = block_tiers(m, l.mode);
       fit.need.device += t.device;
       fit.need.ram += t.ram;
       fit.need.disk += t.disk;

@@ -11,12 +11,39 @@
 #include <string>
 
 #include "generate/engine.h"
+#include "kv/page_pool.h"
 #include "offload/device_support.h"
+#include "offload/memory_mode.h"
 #include "offload/tier_budgets.h"
+#include "offload/weight_placement.h"
 
 namespace strata {
 
 class Model;
+
+struct ModelConfig;
+
+// What an engine decides once from its (validated) options on a device: the
+// placement as the device holds it, the memory mode, where each weight
+// lives, and whether anything needs the offload directory. Error for what
+// the device refuses and for data on disk without an offload directory. The
+// engine is built from it; plan_fit asks it the same questions.
+struct PlanLayout {
+  Placement placement;  // folded for the device
+  MemoryMode mode = MemoryMode::kHostMemory;
+  PackOptions pack;
+  WeightPlacement weights;
+  bool kv_on_disk = false;
+  bool need_dir = false;  // weights or KV pages on disk, or a requantized pack
+
+  // The budgets these options ask for (the tiers' defaults applied by
+  // tier_budgets_for).
+  BudgetRequest budget_request(const EngineOptions& o, uint64_t default_device_bytes) const;
+};
+PlanLayout lay_out_plan(const Model& model, const EngineOptions& options, const DeviceCaps& caps);
+
+// The KV cache's geometry for a model under these options.
+KvGeometry kv_geometry_of(const ModelConfig& c, const EngineOptions& options);
 
 struct PlanFit {
   std::string refusal;  // non-empty: the engine refuses the plan (the Error's text)
