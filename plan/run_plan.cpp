@@ -62,13 +62,11 @@ void apply_policy(const Policy& p, const RunShape& run, EngineOptions& eo) {
   eo.plan_new_tokens = run.gen;
 }
 
-// Without --kv-mem the KV cache may hold what the planned block needs (the
-// tier budgets still bound it): its default, or the block's pages if more.
-void size_kv_budget(const PlanRequest& r, const Model& model, EngineOptions& eo) {
-  if (r.kv_mem > 0) return;
-  eo.kv_budget_bytes = 0;
-  const PlanFit f = plan_fit(model, eo, device_caps(r.device));
-  eo.kv_budget_bytes = std::max(default_kv_budget_bytes(), f.kv_need);
+// The KV budget: --kv-mem's, or without it the default or, if more, what
+// the planned block's pages need (`kv_need`; the tier budgets still bound it).
+uint64_t kv_budget_for(const PlanRequest& r, const EngineOptions& eo, uint64_t kv_need) {
+  if (r.kv_mem > 0) return eo.kv_budget_bytes;
+  return std::max(default_kv_budget_bytes(), kv_need);
 }
 
 // The search for this machine (or --hardware) under the budgets, over the
@@ -124,11 +122,10 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
   so.engine_fit = [&](const Policy& candidate) {
     EngineOptions e = eo;
     apply_policy(candidate, run, e);
-    size_kv_budget(r, model, e);
     const PlanFit f = plan_fit(model, e, caps, device_bytes);
     EngineFit out;
     out.refused = !f.refusal.empty();
-    out.kv_short = f.kv_need > f.kv_budget;
+    out.kv_short = f.kv_need > kv_budget_for(r, e, f.kv_need);
     // The engine's tiers as the cost model names them: on a device computing
     // on host RAM, the RAM is the cpu tier.
     out.need = {static_cast<double>(f.need.device), static_cast<double>(f.need.ram),
@@ -197,7 +194,7 @@ RunPlan resolve_plan(const PlanRequest& r, const Model& model, const RunShape& r
   plan.policy = p;
 
   apply_policy(p, run, eo);
-  size_kv_budget(r, model, eo);
+  eo.kv_budget_bytes = kv_budget_for(r, eo, plan_fit(model, eo, device_caps(r.device)).kv_need);
   return plan;
 }
 
