@@ -32,6 +32,7 @@ namespace {
 struct Options {
   std::string model, report, compute_dtype;
   int64_t prompt_len = 0, gen_len = 0, batch = 0, num_batches = 0;  // 0: not given
+  int64_t max_block = RunShape{}.max_block;
   int warmup = 1, repeats = 3, threads = 0;
   CompressionFlags compression;
   OffloadFlags offload;
@@ -57,6 +58,7 @@ int run(const Options& o) {
         o.num_batches, *o.offload.num_gpu_batches);
   }
   if (o.num_batches < 0) fail("--num-batches {} is not allowed; use 1 or more", o.num_batches);
+  if (o.max_block < 1) fail("--max-block {} is not allowed; use 1 or more", o.max_block);
   if (o.warmup < 0) fail("--warmup {} is not allowed; use 0 or more", o.warmup);
   if (o.repeats < 1) fail("--repeats {} is not allowed; use 1 or more", o.repeats);
   if (!o.report.empty()) check_writable_file(o.report, "--report");
@@ -84,6 +86,7 @@ int run(const Options& o) {
   shape.max_prompt = o.prompt_len;
   shape.mean_prompt = static_cast<double>(o.prompt_len);
   shape.gen = o.gen_len;
+  shape.max_block = o.max_block;
   const RunPlan plan = offload.apply(eo, *model, shape);
   const auto engine = make_engine(*model, eo);
 
@@ -159,6 +162,9 @@ const Command kBench{
                      "it");
       sub.add_option("--num-batches", o->num_batches,
                      "Batches per block (prompts = batch x this; default 1, or the policy's)");
+      sub.add_option("--max-block", o->max_block,
+                     "With --policy auto: the most sequences per block the search considers")
+          ->capture_default_str();
       sub.add_option("--warmup", o->warmup, "Unmeasured runs first")->capture_default_str();
       sub.add_option("--repeats", o->repeats, "Measured runs; the median is reported")
           ->capture_default_str();

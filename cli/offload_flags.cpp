@@ -43,6 +43,10 @@ void OffloadFlags::add(CLI::App& sub, bool with_batch_flags, bool with_placement
     sub.add_option("--hardware", hardware,
                    "Hardware profile for --policy auto and the predicted throughput: a preset or "
                    "YAML (default: this machine, measured once and cached)");
+    sub.add_option("--plan-rank", plan_rank,
+                   "With --policy auto: run the K-th fastest plan the search predicts instead of "
+                   "the fastest (to measure its choice against the runners-up)")
+        ->check(CLI::PositiveNumber);
   }
   sub.add_option("--gpu-mem", gpu_mem,
                  "GPU memory budget, e.g. 15G (default on a GPU: its free memory less 5% of the "
@@ -78,6 +82,7 @@ PlanRequest OffloadFlags::request() const {
   r.cpu_attention = cpu_attention;
   r.policy = policy;
   r.hardware = hardware;
+  r.plan_rank = plan_rank;
   r.gpu_mem = budget(gpu_mem, "--gpu-mem");
   r.cpu_mem = budget(cpu_mem, "--cpu-mem");
   r.disk_mem = budget(disk_mem, "--disk-mem");

@@ -37,6 +37,7 @@ struct OffloadFlags {
   std::optional<int64_t> gpu_batch_size, num_gpu_batches;
   bool cpu_attention = false;
   std::string policy, hardware, gpu_mem, cpu_mem, disk_mem, kv_mem, trace_path;
+  int64_t plan_rank = 1;
   std::string offload_dir = "strata-offload";
 
   // The compute dtype for --compute-dtype `requested` on this --device:

@@ -144,18 +144,18 @@ std::string utc_now() {
   return buf;
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+
+// The key of this machine and disk: host, CPU and RAM (host_key), and the
+// filesystem of the offload directory.
+std::string machine_key(const std::string& offload_dir) {
+  struct stat st {};
+  ::stat(offload_dir.c_str(), &st);
+  return fmt::format("{:016x}", fnv1a(fmt::format("{}|{}", host_key(), static_cast<uint64_t>(st.st_dev))));
 }
 
-// Where profiles of this machine are cached: $XDG_CACHE_HOME/strata or
-// ~/.cache/strata, else the offload directory.
-std::string cache_dir(const std::string& offload_dir) {
+}  // namespace
+
+std::string profile_cache_dir(const std::string& offload_dir) {
   std::vector<fs::path> candidates;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) candidates.push_back(fs::path(x) / "strata");
   if (const char* h = std::getenv("HOME"); h && *h) candidates.push_back(fs::path(h) / ".cache" / "strata");
@@ -168,19 +168,20 @@ std::string cache_dir(const std::string& offload_dir) {
   return offload_dir;
 }
 
-// The key of this machine and disk: host name, CPU, RAM, and the
-// filesystem of the offload directory.
-std::string machine_key(const std::string& offload_dir) {
+std::string host_key() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  struct stat st {};
-  ::stat(offload_dir.c_str(), &st);
-  const std::string id = fmt::format("{}|{}|{}|{}", host, cpu_model_name(), total_ram_bytes(),
-                                     static_cast<uint64_t>(st.st_dev));
-  return fmt::format("{:016x}", fnv1a(id));
+  return fmt::format("{}|{}|{}", host, cpu_model_name(), total_ram_bytes());
 }
 
-}  // namespace
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
 
 std::string choose_profile_dir(const std::string& dir, uint64_t disk_bytes) {
   if (!dir.empty()) {
@@ -428,7 +429,7 @@ HardwareProfile this_machine_profile(const std::string& offload_dir) {
          offload_dir, ec.message());
   }
   const std::string path =
-      (fs::path(cache_dir(offload_dir)) / ("hardware-" + machine_key(offload_dir) + ".yaml")).string();
+      (fs::path(profile_cache_dir(offload_dir)) / ("hardware-" + machine_key(offload_dir) + ".yaml")).string();
   if (fs::exists(path)) {
     try {
       HardwareProfile hw = load_hardware_profile(path);

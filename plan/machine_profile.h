@@ -51,4 +51,13 @@ std::string measure_machine(const ProfileRequest& request);
 // once (quick, a 1G disk file in `offload_dir`) when absent or unreadable.
 HardwareProfile this_machine_profile(const std::string& offload_dir);
 
+// Where measurements of this machine are cached: $XDG_CACHE_HOME/strata or
+// ~/.cache/strata when writable, else `offload_dir`.
+std::string profile_cache_dir(const std::string& offload_dir);
+// Host name, CPU model and RAM, as one string: what a cached measurement of
+// the compute belongs to.
+std::string host_key();
+// FNV-1a of a string, for cache file names.
+uint64_t fnv1a(const std::string& s);
+
 }  // namespace strata

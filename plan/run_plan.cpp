@@ -18,6 +18,7 @@
 #include "offload/measure.h"
 #include "offload/plan_fit.h"
 #include "offload/tier_budgets.h"
+#include "plan/compute_profile.h"
 #include "plan/machine_profile.h"
 #include "policy/cost_model.h"
 #include "policy/report_json.h"
@@ -86,6 +87,7 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
     fail("--hardware {}: {} describes a device computing on host RAM, not {}", r.hardware,
          hw.name, r.device);
   }
+  if (!gpu && hw.unified_memory()) plan.compute = engine_compute_for(model, eo, r.offload_dir);
   const ModelShape shape = model_shape_of(model);
   const Workload work{std::max<int64_t>(1, run.max_prompt), std::max<int64_t>(1, run.gen)};
   Budgets b;
@@ -117,6 +119,8 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
     for (size_t i = 0; i < kNumShares; ++i) so.fixed[i] = r.placement->share[i];
   }
   so.max_block_size = std::max<int64_t>(1, run.max_block);
+  if (plan.compute) so.compute = &*plan.compute;
+  so.rank = r.plan_rank;
   const DeviceCaps caps = device_caps(r.device);
   const uint64_t device_bytes = hw.unified_memory() ? 0 : static_cast<uint64_t>(hw.gpu_mem);
   so.engine_fit = [&](const Policy& candidate) {
@@ -137,9 +141,12 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
   const SearchResult sr = search_policy(shape, hw, work, b, so);
   p = normalize_policy(sr.policy, hw);
   spdlog::info(
-      "policy auto: {} on {} for prompt {} + gen {}: gpu batch {} x {} batches, {}; "
+      "policy auto: {} on {} for prompt {} + gen {}: {}gpu batch {} x {} batches, {}; "
       "predicted {:.1f} tok/s total, bound {} ({} LPs; budgets RAM {}, disk {})",
-      shape.name, hw.name, work.prompt_len, work.gen_len, p.gpu_batch_size, p.num_gpu_batches,
+      shape.name, hw.name, work.prompt_len, work.gen_len,
+      r.plan_rank == 1 ? std::string()
+                       : fmt::format("plan {} of {}: ", r.plan_rank, sr.n_plans),
+      p.gpu_batch_size, p.num_gpu_batches,
       p.placement.describe(), sr.prediction.total_tokens_per_s,
       sr.prediction.bound_phase == Phase::kPrefill ? sr.prediction.bound_prefill
                                                    : sr.prediction.bound_decode,
@@ -168,6 +175,9 @@ RunPlan resolve_plan(const PlanRequest& r, const Model& model, const RunShape& r
   p.compress_kv = compression_of(eo.kv_dtype);
   if (!r.hardware.empty()) plan.hardware = find_hardware_profile(r.hardware);
 
+  if (r.plan_rank != 1 && r.policy != "auto") {
+    fail("--plan-rank {}: ranks the plans of --policy auto; add --policy auto", r.plan_rank);
+  }
   if (r.policy == "auto") {
     plan.source = "auto";
     p = search(r, model, run, eo, p, plan);
@@ -195,6 +205,10 @@ RunPlan resolve_plan(const PlanRequest& r, const Model& model, const RunShape& r
 
   apply_policy(p, run, eo);
   eo.kv_budget_bytes = kv_budget_for(r, eo, plan_fit(model, eo, device_caps(r.device)).kv_need);
+  if (plan.hardware && plan.hardware->unified_memory() && parse_device_name(r.device) < 0 &&
+      !plan.compute) {
+    plan.compute = engine_compute_for(model, eo, r.offload_dir);
+  }
   return plan;
 }
 
@@ -223,7 +237,8 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
     const ModelShape shape = model_shape_of(model);
     const Workload work{std::max<int64_t>(1, std::llround(prompt_len)),
                         std::max<int64_t>(1, gen_len)};
-    const Prediction pr = strata::predict(shape, *hardware, work, policy, budgets_of(*hardware));
+    const Prediction pr = strata::predict(shape, *hardware, work, policy, budgets_of(*hardware),
+                                          compute ? &*compute : nullptr);
     PredictedThroughput t;
     t.prefill_tokens_per_s = pr.prefill_tokens_per_s;
     t.decode_tokens_per_s = pr.decode_tokens_per_s;
@@ -235,7 +250,9 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
     for (const auto& [name, s] : pr.decode_terms) t.decode_layer_terms[name] = s;
     for (const auto& [name, s] : pr.prefill_terms) t.prefill_layer_terms[name] = s;
     t.workload = {{"prompt_len", work.prompt_len}, {"gen_len", work.gen_len},
-                  {"block_size", policy.block_size()}, {"hardware", hardware->name}};
+                  {"block_size", policy.block_size()}, {"hardware", hardware->name},
+                  {"compute", compute ? "the engine's, measured on this machine"
+                                      : "the profile's rates"}};
     return t;
   } catch (const Error& e) {
     spdlog::warn("the cost model cannot predict this run: {}", e.what());

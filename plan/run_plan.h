@@ -24,6 +24,7 @@
 #include "core/placement.h"
 #include "generate/engine.h"
 #include "generate/report.h"
+#include "policy/engine_compute.h"
 #include "policy/hardware.h"
 #include "policy/model_shape.h"
 #include "policy/policy.h"
@@ -41,6 +42,7 @@ struct PlanRequest {
   bool cpu_attention = false;                  // --cpu-attention
   std::string policy;                          // "", "auto" or a policy YAML
   std::string hardware;                        // a preset or a YAML; "": this machine
+  int64_t plan_rank = 1;                       // --plan-rank: the k-th fastest plan of auto
   uint64_t gpu_mem = 0, cpu_mem = 0, disk_mem = 0, kv_mem = 0;  // 0: the default
   std::string offload_dir = "strata-offload";  // the disk tier
 };
@@ -59,6 +61,10 @@ struct RunPlan {
   Policy policy;
   std::string source;  // "flags", the policy file, or "auto"
   std::optional<HardwareProfile> hardware;
+  // The engine's compute for this model and its dtypes, measured on this
+  // machine (plan/compute_profile.h), when the plan is for the CPU device
+  // and has a profile: the cost model's compute terms then come from it.
+  std::optional<EngineCompute> compute;
 
   // The policy as the report shows it (with the options it ran with).
   nlohmann::ordered_json report_policy(const EngineOptions& eo) const;

@@ -97,7 +97,8 @@ std::string StepCost::bound_label(size_t b, const Placement& x) const {
   bool compute = false;
   for (int t : bounds[b].terms) {
     const std::string& name = terms[t].name;
-    const bool is_compute = name == "gemm" || name.rfind("attention", 0) == 0;
+    const bool is_compute =
+        name == "gemm" || name == "layer" || name.rfind("attention", 0) == 0;
     if (terms[t].seconds(x) <= 0 || (is_compute && compute)) continue;
     compute = compute || is_compute;
     out += (out.empty() ? "" : " + ") + (is_compute ? std::string("compute") : name);
@@ -133,7 +134,7 @@ Policy normalize_policy(const Policy& p, const HardwareProfile& hw) {
 }
 
 CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
-                           const Policy& policy) {
+                           const Policy& policy, const EngineCompute* compute) {
   if (work.prompt_len < 1) fail("--prompt-len: must be at least 1 (is {})", work.prompt_len);
   if (work.gen_len < 1) fail("--gen-len: must be at least 1 (is {})", work.gen_len);
   if (shape.max_context > 0 && work.prompt_len + work.gen_len > shape.max_context) {
@@ -215,18 +216,32 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double d2c = hw.disk_to_cpu, c2d = hw.cpu_to_disk, c2d_kv = hw.cpu_to_disk_kv;
   const double dev_bw = hw.device_mem_bandwidth;
 
-  // Compute, seconds (constants for a fixed batch).
-  const double gemm_prefill =
-      k * roofline(g * s * flops_layer, hw.gemm_prefill_flops, w_layer, dev_bw);
-  const double attn_prefill = B * 4 * s * s * q_dim / hw.attention_prefill_flops;
-  const double gemm_decode = k * roofline(g * flops_layer, hw.gemm_decode_flops, w_layer, dev_bw);
-  const double attn_dev_seq =
-      roofline(4 * ctx_attend * q_dim, hw.attention_decode_flops, kv_token * ctx_attend, dev_bw);
+  // Compute, seconds (constants for a fixed batch): from the profile's
+  // rates, or on a CPU device with the engine's measured times, the layer's
+  // time at short context ("layer") and the attention beyond it.
+  const bool measured = unified && compute != nullptr;
+  m.compute_measured = measured;
+  const char* gemm_name = measured ? "layer" : "gemm";
+  double gemm_prefill = 0, attn_prefill = 0, gemm_decode = 0, attn_dev_seq = 0;
+  double head_prefill = 0, head_decode = 0;
+  if (measured) {
+    gemm_prefill = k * interpolate(compute->prefill_tokens, compute->prefill_layer_s, g * s);
+    attn_prefill = B * s * s * compute->prefill_pair_s;
+    gemm_decode = k * compute->decode_layer(g, compute->decode_ctx);
+    attn_dev_seq = std::max(0.0, ctx_attend - compute->decode_ctx) * compute->decode_key_s;
+    head_prefill = head_decode = k * compute->head(g);
+  } else {
+    gemm_prefill = k * roofline(g * s * flops_layer, hw.gemm_prefill_flops, w_layer, dev_bw);
+    attn_prefill = B * 4 * s * s * q_dim / hw.attention_prefill_flops;
+    gemm_decode = k * roofline(g * flops_layer, hw.gemm_decode_flops, w_layer, dev_bw);
+    attn_dev_seq =
+        roofline(4 * ctx_attend * q_dim, hw.attention_decode_flops, kv_token * ctx_attend, dev_bw);
+    head_prefill = k * roofline(g * flops_head, hw.gemm_prefill_flops, w_head, dev_bw);
+    head_decode = k * roofline(g * flops_head, hw.gemm_decode_flops, w_head, dev_bw);
+  }
   const double attn_cpu_seq =
       roofline(4 * ctx_attend * q_dim, hw.cpu_attention_rate(pol.gpu_batch_size, shape.hidden),
                kv_token * ctx_attend, hw.cpu_mem_bandwidth);
-  const double head_prefill = k * roofline(g * flops_head, hw.gemm_prefill_flops, w_head, dev_bw);
-  const double head_decode = k * roofline(g * flops_head, hw.gemm_decode_flops, w_head, dev_bw);
 
   // ---- prefill layer step ----
   {
@@ -237,7 +252,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     const Affine gemm = affine_constant(gemm_prefill);
     const Affine attn = affine_constant(attn_prefill);
     if (unified) {
-      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {"gemm", gemm}, {"attention", attn}};
+      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, gemm}, {"attention", attn}};
       st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2, 3}}};
     } else {
       const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * s * B * off(ACT));
@@ -258,7 +273,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     const Affine gemm = affine_constant(gemm_decode);
     if (unified) {
       const Affine attn = affine_constant(B * attn_dev_seq);
-      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {"gemm", gemm}, {"attention", attn}};
+      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, gemm}, {"attention", attn}};
       st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2, 3}}};
     } else {
       // With CPU attention only q goes down and the attention output comes
@@ -280,16 +295,20 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
                    {"cpu->gpu + compute", {0, 4, 5, 6}}};
     }
   }
-  // ---- output head, once per step ----
+  // ---- embeddings and output head, once per step ----
+  // Every step stages the embedding table (its rows of the step's tokens are
+  // looked up) and the head; with tied embeddings the head is the same
+  // table, staged again.
+  const double w_embed = head_elems * w_bytes;
   for (Phase phase : {Phase::kPrefill, Phase::kDecode}) {
     StepCost& st = phase == Phase::kPrefill ? m.prefill_head : m.decode_head;
     const Affine gemm = affine_constant(phase == Phase::kPrefill ? head_prefill : head_decode);
-    const Affine d2c_s = (w_head / d2c) * disk(W);
+    const Affine d2c_s = ((w_head + w_embed) / d2c) * disk(W);
     if (unified) {
-      st.terms = {{"disk->cpu", d2c_s}, {"gemm", gemm}};
+      st.terms = {{"disk->cpu", d2c_s}, {gemm_name, gemm}};
       st.bounds = {{"disk->cpu", {0}}, {"compute", {1}}};
     } else {
-      const Affine c2g_s = (w_head / c2g) * off(W);
+      const Affine c2g_s = ((w_head + w_embed) / c2g) * off(W);
       st.terms = {{"cpu->gpu", c2g_s}, {"disk->cpu", d2c_s}, {"gemm", gemm}};
       if (phase == Phase::kPrefill) {
         st.bounds = {{"cpu->gpu + disk->cpu", {0, 1}}, {"compute", {2}}};
@@ -434,8 +453,8 @@ Prediction evaluate(const CostModel& m, const Policy& policy_in, const Budgets& 
 }
 
 Prediction predict(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
-                   const Policy& policy, const Budgets& budgets) {
-  return evaluate(build_cost_model(shape, hw, work, policy), policy, budgets);
+                   const Policy& policy, const Budgets& budgets, const EngineCompute* compute) {
+  return evaluate(build_cost_model(shape, hw, work, policy, compute), policy, budgets);
 }
 
 std::string over_budget_message(const Prediction& p) {

@@ -27,7 +27,11 @@
 // from device memory, attention at the device's rate, or at the CPU's rate
 // (FlexGen's fitted small-batch correction included) for the KV held off the
 // device when cpu_attention is set, which takes that KV off the
-// host->device link. Compression shrinks weight and KV bytes. A sparse
+// host->device link. On a CPU device the compute terms can instead be the
+// engine's own times for this model, measured on this machine
+// (engine_compute.h): the profile's rates come from one GEMM and one
+// attention shape in one dtype and miss the per-layer work of a small
+// model. Compression shrinks weight and KV bytes. A sparse
 // attention budget caps the tokens read and attended per decode step.
 #pragma once
 
@@ -40,6 +44,7 @@
 
 #include "core/placement.h"
 #include "core/tier.h"
+#include "policy/engine_compute.h"
 #include "policy/hardware.h"
 #include "policy/model_shape.h"
 #include "policy/policy.h"
@@ -137,6 +142,9 @@ struct CostModel {
   // are off it, the host tier of a separate-memory device when any are on
   // disk.
   std::array<double, kNumTiers> staging_granule{};
+  // The compute terms are the engine's measured times (term "layer" for a
+  // layer at short context, "attention" beyond it) rather than rates.
+  bool compute_measured = false;
 
   // The path at x; the granule tier t holds on a path.
   WeightPath weight_path(const Placement& x) const;
@@ -151,8 +159,11 @@ struct CostModel {
 
 // Checks the inputs (Error naming the bad value) and builds the model. The
 // policy's fractions are ignored; everything else in it is used.
+// With `compute` (the engine's times measured on this machine for this
+// model and its dtypes, engine_compute.h) a CPU device's compute terms are
+// those times; a device with memory of its own keeps the profile's rates.
 CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
-                           const Policy& policy);
+                           const Policy& policy, const EngineCompute* compute = nullptr);
 
 // The policy as the device runs it: with a CPU device, gpu fractions fold into
 // cpu and cpu_attention is off (attention runs on the device, the CPU).
@@ -186,7 +197,8 @@ struct Prediction {
 // over budget; the prediction is made either way.
 Prediction evaluate(const CostModel& model, const Policy& policy, const Budgets& budgets);
 Prediction predict(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
-                   const Policy& policy, const Budgets& budgets);
+                   const Policy& policy, const Budgets& budgets,
+                   const EngineCompute* compute = nullptr);
 
 // "needs 16.6G of GPU memory, --gpu-mem is 15G" for every tier over budget,
 // joined with "; "; empty when the policy fits.

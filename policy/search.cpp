@@ -43,7 +43,8 @@ class Searcher {
   Candidate solve(int64_t gbs, int64_t nb, bool cpu_attention) {
     const auto key = std::make_tuple(gbs, nb, cpu_attention);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-    const CostModel m = build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, cpu_attention));
+    const CostModel m =
+        build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, cpu_attention), opts_.compute);
     PlacementResult r = solve_placement(m, budgets_, opts_.fixed);
     ++n_lp_;
     if (r.feasible && opts_.engine_fit) r = engine_checked(m, gbs, nb, cpu_attention, r);
@@ -95,11 +96,9 @@ class Searcher {
 
   void consider(int64_t gbs, int64_t nb, bool att, const Candidate& c) {
     if (!c.feasible) return;
-    if (!best_ || c.seconds_per_token < best_seconds_ * (1 - 1e-9)) {
-      best_ = policy_for(gbs, nb, att);
-      best_->placement = c.x;
-      best_seconds_ = c.seconds_per_token;
-    }
+    Policy p = policy_for(gbs, nb, att);
+    p.placement = c.x;
+    ranked_.push_back({c.seconds_per_token, std::move(p)});
   }
 
   // Largest feasible nb in [1, hi], 0 when nb = 1 does not fit.
@@ -154,11 +153,28 @@ class Searcher {
         }
       }
     }
-    if (!best_) fail_infeasible(gbs_list.front(), atts);
+    if (ranked_.empty()) fail_infeasible(gbs_list.front(), atts);
+    if (static_cast<size_t>(opts_.rank) > ranked_.size()) {
+      fail("--plan-rank {}: the search found {} plan{} that fit", opts_.rank, ranked_.size(),
+           ranked_.size() == 1 ? "" : "s");
+    }
+    // The fastest (of equals within rounding, the one considered first),
+    // then the fastest of the rest, rank times.
+    size_t pick = 0;
+    std::vector<bool> taken(ranked_.size(), false);
+    for (int64_t k = 0; k < opts_.rank; ++k) {
+      std::optional<size_t> best;
+      for (size_t i = 0; i < ranked_.size(); ++i) {
+        if (!taken[i] && (!best || ranked_[i].first < ranked_[*best].first * (1 - 1e-9))) best = i;
+      }
+      pick = *best;
+      taken[pick] = true;
+    }
     SearchResult r;
-    r.policy = *best_;
-    r.lp_seconds_per_token = best_seconds_;
-    const CostModel m = build_cost_model(shape_, hw_, work_, r.policy);
+    r.policy = ranked_[pick].second;
+    r.lp_seconds_per_token = ranked_[pick].first;
+    r.n_plans = static_cast<int64_t>(ranked_.size());
+    const CostModel m = build_cost_model(shape_, hw_, work_, r.policy, opts_.compute);
     r.prediction = evaluate(m, r.policy, budgets_);
     r.n_lp_solved = n_lp_;
     spdlog::debug("policy search: {} linear programs", n_lp_);
@@ -171,7 +187,8 @@ class Searcher {
     std::string best_msg;
     double best_excess = std::numeric_limits<double>::infinity();
     for (bool att : atts) {
-      const CostModel m = build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, att));
+      const CostModel m =
+          build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, att), opts_.compute);
       double excess = std::numeric_limits<double>::infinity();
       const std::string msg = describe_needs(m, excess);
       if (excess < best_excess) {
@@ -239,8 +256,7 @@ class Searcher {
   const Budgets& budgets_;
   const SearchOptions& opts_;
   std::map<std::tuple<int64_t, int64_t, bool>, Candidate> cache_;
-  std::optional<Policy> best_;
-  double best_seconds_ = 0;
+  std::vector<std::pair<double, Policy>> ranked_;  // seconds per token, every plan that fits
   int64_t n_lp_ = 0;
 };
 
@@ -271,6 +287,7 @@ std::vector<int64_t> gpu_batch_candidates(int64_t max) {
 
 SearchResult search_policy(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
                            const Budgets& budgets, const SearchOptions& options) {
+  if (options.rank < 1) fail("--plan-rank: must be at least 1 (is {})", options.rank);
   if (options.max_block_size < 1)
     fail("--max-block: must be at least 1 (is {})", options.max_block_size);
   if (options.gpu_batch_size && *options.gpu_batch_size < 1) {

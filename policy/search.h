@@ -56,6 +56,13 @@ struct SearchOptions {
   // So the search returns only policies the engine runs, with memory counted
   // as the engine counts it.
   std::function<EngineFit(const Policy&)> engine_fit;
+  // The engine's measured compute for this model (cost_model.h), or null
+  // for the profile's rates.
+  const EngineCompute* compute = nullptr;
+  // Which plan to return: 1 the fastest predicted, k the k-th fastest of
+  // every batch shape the search placed (to measure the choice against the
+  // runners-up; Error when fewer fit).
+  int64_t rank = 1;
 };
 
 struct SearchResult {
@@ -63,6 +70,7 @@ struct SearchResult {
   Prediction prediction;
   double lp_seconds_per_token = 0;  // the LP's objective for the policy
   int64_t n_lp_solved = 0;
+  int64_t n_plans = 0;  // batch shapes placed that fit
 };
 
 // Throws Error when no batch size fits the budgets; the message says how

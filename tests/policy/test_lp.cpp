@@ -6,6 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -236,6 +240,44 @@ TEST(PolicySearch, PinnedChoicesAreKept) {
   EXPECT_EQ(r.policy.placement[Share::kWGpu], 0.1);
   EXPECT_EQ(r.policy.compress_weight.bits, 4);
   EXPECT_LE(r.policy.block_size(), 256);
+}
+
+// --plan-rank: the k-th plan is another batch shape, predicted no faster
+// than the (k-1)-th; rank 1 is the search's choice; past the plans that
+// fit is an Error naming how many did.
+TEST(PolicySearch, RanksThePlansByPredictedThroughput) {
+  const HardwareProfile hw = find_hardware_profile("t4");
+  const ModelShape shape = find_model_preset("opt-30b");
+  SearchOptions o;
+  o.max_block_size = 256;
+  const SearchResult first = search_policy(shape, hw, {512, 32}, budgets_of(hw), o);
+  ASSERT_GE(first.n_plans, 5);
+  double prev = first.prediction.total_tokens_per_s;
+  std::set<std::tuple<int64_t, int64_t, bool>> shapes{
+      {first.policy.gpu_batch_size, first.policy.num_gpu_batches, first.policy.cpu_attention}};
+  for (int64_t k = 2; k <= 5; ++k) {
+    o.rank = k;
+    const SearchResult r = search_policy(shape, hw, {512, 32}, budgets_of(hw), o);
+    EXPECT_EQ(r.n_plans, first.n_plans);
+    EXPECT_LE(r.prediction.total_tokens_per_s, prev * (1 + 1e-6)) << "rank " << k;
+    EXPECT_TRUE(r.prediction.fits);
+    prev = r.prediction.total_tokens_per_s;
+    EXPECT_TRUE(
+        shapes.insert({r.policy.gpu_batch_size, r.policy.num_gpu_batches, r.policy.cpu_attention})
+            .second)
+        << "rank " << k << " repeats a batch shape";
+  }
+  o.rank = first.n_plans + 1;
+  try {
+    search_policy(shape, hw, {512, 32}, budgets_of(hw), o);
+    FAIL() << "a rank past the plans was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("found {} plans", first.n_plans)),
+              std::string::npos)
+        << e.what();
+  }
+  o.rank = 0;
+  EXPECT_THROW(search_policy(shape, hw, {512, 32}, budgets_of(hw), o), Error);
 }
 
 TEST(PolicySearch, CpuDeviceStreamsFromDiskIntoRam) {

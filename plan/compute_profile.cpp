@@ -1,0 +1,303 @@
+// Measuring the engine's compute (compute_profile.h).
+#include "plan/compute_profile.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "io/atomic_file.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kv/page_pool.h"
+#include "model/forward.h"
+#include "model/layer_weights.h"
+#include "model/model.h"
+#include "offload/pack.h"
+#include "plan/machine_profile.h"
+#include "quant/convert.h"
+#include "quant/quant.h"
+
+namespace strata {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kPage = 16;
+constexpr int64_t kShortCtx = 16;  // keys of a decode point: 15 cached + the new one
+const std::vector<int64_t> kDecodeRows{1, 2, 4, 8, 16, 32, 64, 128};
+constexpr int64_t kSlopeRows = 8;
+constexpr int64_t kLongCtx = 1024;
+const std::vector<int64_t> kPrefillSeqs{1, 4, 16, 32, 64};  // of kPage tokens each
+constexpr int64_t kLongPrompt = 512;
+
+// The names of the tensors a measurement reads: layer 0's and the globals.
+std::set<std::string> measured_tensors(const ModelDesc& desc) {
+  std::set<std::string> names;
+  for (const PackLayoutUnit& u : pack_layout(desc)) {
+    if (u.layer > 0) continue;
+    for (const TensorInfo* t : u.tensors) names.insert(t->name);
+  }
+  return names;
+}
+
+// The dtype the engine holds a matrix in for `eo`.
+DType engine_dtype(const TensorInfo& t, const EngineOptions& eo) {
+  PackOptions po;
+  po.weight_dtype = eo.weight_dtype;
+  return pack_dtype(t.name, t.shape, t.dtype, po);
+}
+
+// A [rows, cols] matrix of dtype t holding random values of a trained
+// layer's magnitude.
+DeviceBuffer random_matrix(Backend& be, DType t, int64_t rows, int64_t cols, uint64_t seed) {
+  const size_t rb = row_bytes(t, cols);
+  DeviceBuffer buf = be.alloc(rb * static_cast<size_t>(rows));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<std::byte> out(rb);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    if (is_quantized(t)) {
+      quantize_row(t, row.data(), out.data(), cols);
+    } else if (t == DType::kF16) {
+      f32_to_f16_row(row.data(), reinterpret_cast<uint16_t*>(out.data()), cols);
+    } else if (t == DType::kBF16) {
+      f32_to_bf16_row(row.data(), reinterpret_cast<uint16_t*>(out.data()), cols);
+    } else {
+      STRATA_ASSERT(t == DType::kF32);
+      std::memcpy(out.data(), row.data(), rb);
+    }
+    be.copy_to_device(buf.as<std::byte>() + static_cast<size_t>(r) * rb, out.data(), rb);
+  }
+  return buf;
+}
+
+// One layer, the embeddings and the head of the model on a CPU backend, with
+// a page pool of one layer, ready to time micro-batches.
+class Bench {
+ public:
+  Bench(const Model& model, const EngineOptions& eo, const TimingPlan& timing)
+      : model_(model),
+        eo_(eo),
+        timing_(timing),
+        be_(eo.threads),
+        weights_(model, be_, source()),
+        fwd_(be_, model.config(), eo.compute_dtype) {
+    const ModelConfig& c = model.config();
+    KvGeometry g;
+    g.n_layer = 1;
+    g.n_kv_head = c.n_kv_head > 0 ? c.n_kv_head : c.n_head;
+    g.head_dim = c.head_dim > 0 ? c.head_dim : c.n_embd / c.n_head;
+    g.dtype = eo.kv_dtype;
+    g.page_size = kPage;
+    const int64_t pages = std::max({kDecodeRows.back(), kSlopeRows * (kLongCtx / kPage),
+                                    kPrefillSeqs.back(), kLongPrompt / kPage});
+    pool_ = std::make_unique<PagePool>(be_, g, g.bytes_per_page() * static_cast<uint64_t>(pages));
+    for (int64_t p = 0; p < pages; ++p) {
+      const int32_t id = pool_->allocate();
+      const auto [k, v] = pool_->entry(0, id);
+      be_.fill_zero(k, g.page_bytes());
+      be_.fill_zero(v, g.page_bytes());
+      pages_.push_back(id);
+    }
+    kv_ = pool_->layer(0);
+    const int64_t max_tokens = std::max({kDecodeRows.back(), kPrefillSeqs.back() * kPage,
+                                         kLongPrompt});
+    fwd_.reserve(max_tokens);
+    hidden0_.resize(static_cast<size_t>(max_tokens * c.n_embd));
+    std::mt19937 rng(11);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& v : hidden0_) v = dist(rng);
+    hidden_ = be_.alloc(hidden0_.size() * sizeof(float));
+    logits_ = be_.alloc(static_cast<size_t>(kDecodeRows.back() * c.n_vocab) * sizeof(float));
+  }
+
+  // Seconds of one layer over n_seq sequences of n_new new tokens after
+  // `cached` keys each.
+  double layer(int64_t n_seq, int64_t cached, int64_t n_new) {
+    const MicroBatchHost host = batch(n_seq, cached, n_new);
+    const int64_t rows = host.n_tokens() * model_.config().n_embd;
+    return time_runs(
+               [&] {
+                 be_.copy_to_device(hidden_.data(), hidden0_.data(),
+                                    static_cast<size_t>(rows) * sizeof(float));
+                 const MicroBatch mb = upload_micro_batch(be_, host, meta_);
+                 fwd_.layer(0, weights_.layer(0), kv_, mb, hidden_.as<float>());
+                 be_.synchronize();
+               },
+               timing_)
+        .median;
+  }
+
+  // Seconds of the embeddings and the head of a decode step of n_seq
+  // sequences.
+  double head(int64_t n_seq) {
+    const MicroBatchHost host = batch(n_seq, kShortCtx - 1, 1);
+    return time_runs(
+               [&] {
+                 const MicroBatch mb = upload_micro_batch(be_, host, meta_);
+                 fwd_.embed(weights_.global(), mb, hidden_.as<float>());
+                 fwd_.head(weights_.global(), mb, hidden_.as<float>(), logits_.as<float>());
+                 be_.synchronize();
+               },
+               timing_)
+        .median;
+  }
+
+ private:
+  MatrixSource source() {
+    if (!eo_.weight_dtype) return {};  // the model's own bytes, as the engine reads them
+    return [this, names = measured_tensors(model_.desc())](
+               const TensorInfo& t) -> std::optional<MatrixView> {
+      const DType d = engine_dtype(t, eo_);
+      if (t.shape.size() != 2 || d == t.dtype || !names.count(t.name)) return std::nullopt;
+      MatrixView v;
+      v.dtype = d;
+      v.rows = t.shape[0];
+      v.cols = t.shape[1];
+      v.row_bytes = row_bytes(d, v.cols);
+      owned_.push_back(random_matrix(be_, d, v.rows, v.cols, owned_.size() + 1));
+      v.data = owned_.back().data();
+      return v;
+    };
+  }
+
+  MicroBatchHost batch(int64_t n_seq, int64_t cached, int64_t n_new) const {
+    const ModelConfig& c = model_.config();
+    const int64_t per_seq = (cached + n_new + kPage - 1) / kPage;
+    STRATA_ASSERT(n_seq * per_seq <= static_cast<int64_t>(pages_.size()));
+    MicroBatchHost h;
+    std::vector<int32_t> tokens(static_cast<size_t>(n_new));
+    for (int64_t s = 0; s < n_seq; ++s) {
+      for (int64_t i = 0; i < n_new; ++i) {
+        tokens[static_cast<size_t>(i)] = static_cast<int32_t>((s * 131 + i * 7) % c.n_vocab);
+      }
+      const std::span<const int32_t> pages(pages_.data() + s * per_seq,
+                                           static_cast<size_t>(per_seq));
+      h.add_sequence(tokens, cached, pages, kPage, false, c.learned_pos ? c.pos_offset : -1);
+    }
+    return h;
+  }
+
+  const Model& model_;
+  const EngineOptions& eo_;
+  const TimingPlan& timing_;
+  CpuBackend be_;
+  std::vector<DeviceBuffer> owned_;  // requantized matrices (before weights_)
+  ResidentWeights weights_;
+  Forward fwd_;
+  std::unique_ptr<PagePool> pool_;
+  std::vector<int32_t> pages_;
+  KvLayer kv_;
+  std::vector<float> hidden0_;
+  DeviceBuffer hidden_, logits_, meta_;
+};
+
+}  // namespace
+
+std::string engine_compute_key(const Model& model, const EngineOptions& eo) {
+  const ModelConfig& c = model.config();
+  std::string dtypes;
+  const std::set<std::string> names = measured_tensors(model.desc());
+  for (const TensorInfo& t : model.desc().tensors) {
+    if (t.shape.size() == 2 && names.count(t.name)) {
+      dtypes += fmt::format("{}:{},", t.name, dtype_name(engine_dtype(t, eo)));
+    }
+  }
+  return fmt::format(
+      "{}|{}|{} L{} E{} H{}/{}x{} F{} V{} ctx{} gated{}|compute {} kv {} threads {}|{}", host_key(),
+      build_commit(), c.architecture, c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.n_ff,
+      c.n_vocab, c.n_ctx, c.gated_ffn, dtype_name(eo.compute_dtype), dtype_name(eo.kv_dtype),
+      eo.threads, dtypes);
+}
+
+EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo,
+                                     const TimingPlan& timing) {
+  Bench b(model, eo, timing);
+  const int64_t n_ctx = std::max<int64_t>(model.config().n_ctx, kShortCtx + 1);
+  EngineCompute c;
+  c.key = engine_compute_key(model, eo);
+
+  c.decode_ctx = static_cast<double>(kShortCtx);
+  for (int64_t g : kDecodeRows) {
+    c.decode_rows.push_back(static_cast<double>(g));
+    c.decode_layer_s.push_back(b.layer(g, kShortCtx - 1, 1));
+    c.head_rows.push_back(static_cast<double>(g));
+    c.head_s.push_back(b.head(g));
+  }
+  const int64_t long_ctx = std::min(kLongCtx, n_ctx);
+  const double at_long = b.layer(kSlopeRows, long_ctx - 1, 1);
+  const double at_short = c.decode_layer(static_cast<double>(kSlopeRows), c.decode_ctx);
+  c.decode_key_s = std::max(0.0, (at_long - at_short) /
+                                     static_cast<double>(kSlopeRows * (long_ctx - kShortCtx)));
+
+  // The same tokens as one long prompt and as prompts of one page: the
+  // difference is the attention that grows with the square of the length.
+  const int64_t long_prompt = std::min(kLongPrompt, n_ctx) / kPage * kPage;
+  const int64_t n_short = long_prompt / kPage;
+  const double one_long = b.layer(1, 0, long_prompt);
+  const double many_short = b.layer(n_short, 0, kPage);
+  const double pairs = static_cast<double>(long_prompt * long_prompt - n_short * kPage * kPage);
+  c.prefill_pair_s = pairs > 0 ? std::max(0.0, (one_long - many_short) / pairs) : 0;
+  c.prefill_seq = static_cast<double>(kPage);
+  for (int64_t n : kPrefillSeqs) {
+    const double t = n == n_short ? many_short : b.layer(n, 0, kPage);
+    const double quad = static_cast<double>(n * kPage * kPage) * c.prefill_pair_s;
+    c.prefill_tokens.push_back(static_cast<double>(n * kPage));
+    c.prefill_layer_s.push_back(std::max(t - quad, 0.5 * t));
+  }
+  // More rows or tokens never take less time: a point below the one before
+  // it is the machine's noise, and takes that one's time.
+  for (std::vector<double>* t : {&c.decode_layer_s, &c.prefill_layer_s, &c.head_s}) {
+    for (size_t i = 1; i < t->size(); ++i) (*t)[i] = std::max((*t)[i], (*t)[i - 1]);
+  }
+  c.validate("the measured compute");
+  return c;
+}
+
+EngineCompute engine_compute_for(const Model& model, const EngineOptions& eo,
+                                 const std::string& offload_dir) {
+  const std::string key = engine_compute_key(model, eo);
+  const std::string path =
+      (fs::path(profile_cache_dir(offload_dir)) / fmt::format("compute-{:016x}.json", fnv1a(key)))
+          .string();
+  if (fs::exists(path)) {
+    try {
+      std::ifstream in(path);
+      std::stringstream text;
+      text << in.rdbuf();
+      EngineCompute c = engine_compute_from_json(nlohmann::json::parse(text.str()), path);
+      if (c.key == key) {
+        spdlog::info("cost model: the engine's compute for this model from {}", path);
+        return c;
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("cost model: the cached measurement {} is not usable ({}); measuring again",
+                   path, e.what());
+    }
+  }
+  spdlog::info(
+      "cost model: measuring the engine's compute for {} on this machine (one layer and the head, "
+      "{} compute, {} KV; once, cached in {})",
+      model.desc().path, dtype_name(eo.compute_dtype), dtype_name(eo.kv_dtype), path);
+  TimingPlan timing;
+  timing.warmup = 1;
+  timing.min_reps = 5;
+  timing.min_seconds = 0.2;
+  const EngineCompute c = measure_engine_compute(model, eo, timing);
+  write_file_atomically(path, to_json(c).dump(1) + "\n", "the measured compute");
+  return c;
+}
+
+}  // namespace strata

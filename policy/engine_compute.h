@@ -1,0 +1,68 @@
+// What the engine's compute costs for one model on one machine, measured by
+// running the engine's own forward (plan/compute_profile.h measures it): the
+// seconds of one transformer layer and of the output head as functions of
+// the micro-batch, in the dtypes the run uses (weights as the engine holds
+// them, compute, KV). With it the cost model's compute terms on a CPU device
+// are these times instead of FLOPs over a profile's GEMM and attention rates,
+// which were measured on other shapes and dtypes and miss the per-layer work
+// a FLOP count does not see (norms, RoPE, activations, KV appends, the
+// threads' start and join per op).
+//
+// The model of a layer, fitted to the measured points:
+//   decode, g sequences at ctx keys each (one new token):
+//     layer(g, ctx) = D(g) + g * (ctx - decode_ctx) * decode_key_s
+//   prefill, g sequences of s new tokens each:
+//     layer(g, s)   = P(g * s) + g * s * s * prefill_pair_s
+//   head (the embeddings of the new tokens and the logits of one row per
+//   sequence):   head(g) = H(g)
+// D, P and H are piecewise linear through the measured points (beyond the
+// last point along the last segment; below the first along the first
+// segment, but never below the proportional share of the first point).
+//
+// Invariant (validate()): the tables are non-empty, of equal lengths where
+// paired, with increasing positive abscissae and positive finite times; the
+// slopes are finite and not negative.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+
+struct EngineCompute {
+  // What was measured: model shape, dtypes and threads, as one string; a
+  // cached measurement is used only for the same key.
+  std::string key;
+
+  std::vector<double> decode_rows;     // g
+  std::vector<double> decode_layer_s;  // D(g): one layer, g sequences at decode_ctx keys
+  double decode_ctx = 0;
+  double decode_key_s = 0;  // per sequence and key beyond decode_ctx
+
+  std::vector<double> prefill_tokens;   // g * s, measured in sequences of prefill_seq tokens
+  std::vector<double> prefill_layer_s;  // P: the quadratic part taken out
+  double prefill_seq = 0;
+  double prefill_pair_s = 0;  // per sequence and (new token, key) pair
+
+  std::vector<double> head_rows;  // g
+  std::vector<double> head_s;     // H(g)
+
+  double decode_layer(double g, double ctx) const;
+  double prefill_layer(double g, double s) const;
+  double head(double g) const;
+
+  // Throws Error naming `source` when an invariant above does not hold.
+  void validate(const std::string& source) const;
+};
+
+// Piecewise linear through (x[i], y[i]) (x increasing), extended as above.
+double interpolate(const std::vector<double>& x, const std::vector<double>& y, double at);
+
+nlohmann::json to_json(const EngineCompute& c);
+// Throws Error naming `source` for a missing or bad field.
+EngineCompute engine_compute_from_json(const nlohmann::json& j, const std::string& source);
+
+}  // namespace strata

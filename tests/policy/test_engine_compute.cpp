@@ -1,0 +1,142 @@
+// The engine's measured compute (policy/engine_compute.h): interpolation,
+// validation, JSON, and the cost model's compute terms on a CPU device when
+// it is given, against formulas written out by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "policy/cost_model.h"
+#include "policy/engine_compute.h"
+#include "policy/policy_fixtures.h"
+
+namespace strata {
+namespace {
+
+constexpr double kRel = 1e-12;
+#define EXPECT_REL(actual, expected) \
+  EXPECT_NEAR((actual), (expected), kRel* std::max(1e-9, std::fabs(expected))) << #actual
+
+EngineCompute table() {
+  EngineCompute c;
+  c.key = "test";
+  c.decode_rows = {1, 2, 4, 8};
+  c.decode_layer_s = {1e-3, 1.5e-3, 2e-3, 4e-3};
+  c.decode_ctx = 16;
+  c.decode_key_s = 1e-7;
+  c.prefill_tokens = {16, 64, 256};
+  c.prefill_layer_s = {2e-3, 5e-3, 17e-3};
+  c.prefill_seq = 16;
+  c.prefill_pair_s = 1e-8;
+  c.head_rows = {1, 2, 4, 8};
+  c.head_s = {3e-3, 3.2e-3, 3.6e-3, 4.4e-3};
+  return c;
+}
+
+double term(const StepCost& st, const std::string& name, const Placement& x) {
+  for (const CostTerm& t : st.terms) {
+    if (t.name == name) return t.seconds(x);
+  }
+  ADD_FAILURE() << "no term " << name;
+  return -1;
+}
+
+TEST(EngineCompute, InterpolatesThroughThePointsAndExtendsTheEndSegments) {
+  const std::vector<double> x{1, 2, 4, 8}, y{1, 1.5, 2, 4};
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_REL(interpolate(x, y, x[i]), y[i]);
+  EXPECT_REL(interpolate(x, y, 3), 1.75);
+  EXPECT_REL(interpolate(x, y, 6), 3);
+  EXPECT_REL(interpolate(x, y, 16), 8);  // along the last segment (slope 0.5)
+  // Below the first point along the first segment (slope 0.5), but never
+  // below the proportional share of the first point.
+  const std::vector<double> px{16, 64}, py{2, 5};
+  EXPECT_REL(interpolate(px, py, 8), 2 - 8 * (3.0 / 48));
+  EXPECT_REL(interpolate({16, 64}, {2, 100}, 8), 1);  // the proportional floor
+  EXPECT_REL(interpolate({4}, {2}, 2), 1);            // one point: proportional
+}
+
+TEST(EngineCompute, LayerAndHeadFollowTheModelOfTheHeader) {
+  const EngineCompute c = table();
+  EXPECT_REL(c.decode_layer(4, 16), 2e-3);
+  EXPECT_REL(c.decode_layer(4, 8), 2e-3);  // shorter context: not below the point
+  EXPECT_REL(c.decode_layer(6, 1016), 3e-3 + 6 * 1000 * 1e-7);
+  EXPECT_REL(c.prefill_layer(2, 32), 5e-3 + 2 * 32 * 32 * 1e-8);
+  EXPECT_REL(c.head(3), 3.4e-3);
+}
+
+TEST(EngineCompute, JsonRoundTripsAndBadTablesAreRefused) {
+  const EngineCompute c = table();
+  const EngineCompute back = engine_compute_from_json(to_json(c), "t.json");
+  EXPECT_EQ(back.key, c.key);
+  EXPECT_EQ(back.decode_layer_s, c.decode_layer_s);
+  EXPECT_EQ(back.prefill_tokens, c.prefill_tokens);
+  EXPECT_EQ(back.head_s, c.head_s);
+  EXPECT_EQ(back.decode_key_s, c.decode_key_s);
+  EXPECT_EQ(back.prefill_pair_s, c.prefill_pair_s);
+
+  nlohmann::json j = to_json(c);
+  j.erase("head_s");
+  EXPECT_THROW(engine_compute_from_json(j, "t.json"), Error);
+  j = to_json(c);
+  j["decode_rows"] = {1, 4, 2, 8};
+  try {
+    engine_compute_from_json(j, "t.json");
+    FAIL() << "unordered points accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t.json: decode"), std::string::npos) << e.what();
+  }
+  j = to_json(c);
+  j["prefill_layer_s"] = {2e-3, -1.0, 17e-3};
+  EXPECT_THROW(engine_compute_from_json(j, "t.json"), Error);
+  j = to_json(c);
+  j["decode_key_s"] = -1e-9;
+  EXPECT_THROW(engine_compute_from_json(j, "t.json"), Error);
+}
+
+// tiny_shape (policy_fixtures.h) on the CPU device, 2 x 3 sequences, prompt
+// 40, 8 new tokens: every compute term from the table.
+TEST(EngineCompute, CostModelOnTheCpuDeviceUsesTheMeasuredTimes) {
+  const EngineCompute c = table();
+  const ModelShape shape = test::tiny_shape();
+  const HardwareProfile hw = test::tiny_cpu();
+  const Workload work{40, 8};
+  Policy pol;
+  pol.gpu_batch_size = 2;
+  pol.num_gpu_batches = 3;
+  pol.placement = Placement{};
+  const CostModel m = build_cost_model(shape, hw, work, pol, &c);
+  EXPECT_TRUE(m.compute_measured);
+  const Placement x = normalize_policy(pol, hw).placement;
+  const double k = 3, B = 6, s = 40, ctx = 40 + 8 / 2.0;
+  // Prefill: P(g s) per micro-batch, the square part per sequence.
+  EXPECT_REL(term(m.prefill_layer, "layer", x), k * (5e-3 + (80 - 64) * (12e-3 / 192)));
+  EXPECT_REL(term(m.prefill_layer, "attention", x), B * s * s * 1e-8);
+  // Decode: D(g) per micro-batch, the keys beyond 16 per sequence.
+  EXPECT_REL(term(m.decode_layer, "layer", x), k * 1.5e-3);
+  EXPECT_REL(term(m.decode_layer, "attention", x), B * (ctx - 16) * 1e-7);
+  EXPECT_REL(m.decode_head.seconds(x), k * 3.2e-3);
+  EXPECT_REL(m.prefill_head.seconds(x), k * 3.2e-3);
+  // Everything in RAM: the step is its compute.
+  EXPECT_REL(m.decode_layer.seconds(x), k * 1.5e-3 + B * (ctx - 16) * 1e-7);
+  EXPECT_EQ(m.decode_layer.bound_label(m.decode_layer.binding(x), x), "compute");
+
+  // Without the table the same run uses the profile's rates.
+  const CostModel rates = build_cost_model(shape, hw, work, pol);
+  EXPECT_FALSE(rates.compute_measured);
+  EXPECT_GT(term(rates.decode_layer, "gemm", x), 0);
+}
+
+TEST(EngineCompute, ADeviceWithMemoryOfItsOwnKeepsTheProfileRates) {
+  const EngineCompute c = table();
+  Policy pol;
+  pol.gpu_batch_size = 2;
+  const CostModel with = build_cost_model(test::tiny_shape(), test::tiny_gpu(), {8, 4}, pol, &c);
+  const CostModel without = build_cost_model(test::tiny_shape(), test::tiny_gpu(), {8, 4}, pol);
+  EXPECT_FALSE(with.compute_measured);
+  const Placement x = pol.placement;
+  EXPECT_EQ(with.decode_layer.seconds(x), without.decode_layer.seconds(x));
+  EXPECT_EQ(with.prefill_layer.seconds(x), without.prefill_layer.seconds(x));
+}
+
+}  // namespace
+}  // namespace strata
