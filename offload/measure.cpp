@@ -300,6 +300,38 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
         },
         plan);
   }
+
+  // Reads as KV pages on disk are read: one record per request at scattered
+  // places, the engine's disk I/O settings.
+  {
+    DiskIo kv_engine{DiskIoOptions{}};
+    std::vector<Ticket> kt(static_cast<size_t>(o.kv_read_depth));
+    std::mt19937_64 rng(17);
+    for (size_t size : o.kv_read_sizes) {
+      if (size == 0 || size % kDiskAlign != 0 || size > file_bytes) {
+        fail("profile: KV reads of {} bytes must be a multiple of {} within the {} file", size,
+             kDiskAlign, format_bytes(static_cast<double>(file_bytes)));
+      }
+      std::vector<uint64_t> slots(file_bytes / size);
+      std::iota(slots.begin(), slots.end(), uint64_t{0});
+      std::shuffle(slots.begin(), slots.end(), rng);
+      slots.resize(std::min<size_t>(slots.size(), static_cast<size_t>(o.kv_read_requests)));
+      std::vector<AlignedBuffer> mem;
+      for (int i = 0; i < o.kv_read_depth; ++i) mem.emplace_back(size);
+      r.kv_read_sizes.push_back(size);
+      r.kv_read_pass_bytes.push_back(static_cast<uint64_t>(slots.size()) * size);
+      r.read_kv.push_back(time_runs(
+          [&] {
+            for (size_t i = 0; i < slots.size(); ++i) {
+              const size_t slot = i % kt.size();
+              kv_engine.wait(kt[slot]);
+              kt[slot] = kv_engine.read(file, slots[i] * size, mem[slot].data(), size);
+            }
+            for (auto& t : kt) kv_engine.wait(t);
+          },
+          plan));
+    }
+  }
   return r;
 }
 

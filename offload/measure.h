@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/bench.h"
 #include "core/dtype.h"
@@ -53,11 +54,25 @@ struct DiskMeasureOptions {
   int stream_in_flight = 2;
   size_t chunk_bytes = size_t{1} << 20;
   int chunk_depth = 16;
+  // Reads as the offload engine reads KV pages homed on disk: one request
+  // per page record (K and V of one layer, a few KiB to a few hundred),
+  // scattered over the file, through a disk I/O layer configured as the
+  // engine's (DiskIoOptions' defaults), kv_read_depth in flight;
+  // kv_read_requests requests per pass of each size (at most the file).
+  std::vector<size_t> kv_read_sizes{size_t{4} << 10, size_t{16} << 10, size_t{64} << 10,
+                                    size_t{256} << 10};
+  int kv_read_depth = 16;
+  int kv_read_requests = 2048;
 };
 
 struct DiskRates {
   RunTimes read, write, write_kv;  // seconds per pass
   RunTimes read_stream;            // seconds per read pass as the engine loads weights
+  // Per size of DiskMeasureOptions::kv_read_sizes: seconds per pass of
+  // kv_read_pass_bytes[i] in scattered requests of that size.
+  std::vector<size_t> kv_read_sizes;
+  std::vector<RunTimes> read_kv;
+  std::vector<uint64_t> kv_read_pass_bytes;
   size_t stream_bytes = 0;
   uint64_t file_bytes = 0;         // bytes per read or write pass
   uint64_t kv_pass_bytes = 0;      // bytes per KV write pass
@@ -71,6 +86,9 @@ struct DiskRates {
   }
   double write_bytes_per_s() const { return write.rate(static_cast<double>(file_bytes)); }
   double write_kv_bytes_per_s() const { return write_kv.rate(static_cast<double>(kv_pass_bytes)); }
+  double read_kv_bytes_per_s(size_t i) const {
+    return read_kv[i].rate(static_cast<double>(kv_read_pass_bytes[i]));
+  }
 };
 
 // Checks that `dir` can hold the temporary file of a disk measurement: it

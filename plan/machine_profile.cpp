@@ -326,6 +326,10 @@ std::string measure_machine(const ProfileRequest& a) {
   hw.disk_to_cpu = round_rate(disk.read_stream_bytes_per_s());
   hw.cpu_to_disk = round_rate(disk.write_bytes_per_s());
   hw.cpu_to_disk_kv = round_rate(disk.write_kv_bytes_per_s());
+  for (size_t i = 0; i < disk.kv_read_sizes.size(); ++i) {
+    hw.disk_to_cpu_kv.emplace_back(static_cast<double>(disk.kv_read_sizes[i]),
+                                   round_rate(disk.read_kv_bytes_per_s(i)));
+  }
   hw.gemm_prefill_flops = round_flops(gemm_prefill);
   hw.gemm_decode_flops = round_flops(gemm_decode);
   hw.attention_prefill_flops = round_flops(attention_prefill);
@@ -384,6 +388,14 @@ std::string measure_machine(const ProfileRequest& a) {
   h += fmt::format(
       "#     writes of {} blocks (a 16-token KV page of a 4096-wide f16 layer), {} per pass\n",
       format_bytes(static_cast<double>(disk.kv_block_bytes)), format_bytes(kv_pass_b));
+  h += "#   links.disk_to_cpu_kv: reads as KV pages on disk are read, one request per\n"
+       "#     page record at scattered places, the engine's disk I/O settings:\n";
+  for (size_t i = 0; i < disk.kv_read_sizes.size(); ++i) {
+    h += fmt::format("#     {} requests: {}\n",
+                     format_bytes(static_cast<double>(disk.kv_read_sizes[i])),
+                     rate_with_range(disk.read_kv[i],
+                                     static_cast<double>(disk.kv_read_pass_bytes[i])));
+  }
   h += fmt::format("#   device_compute.gemm_prefill_tflops: {}\n",
                    flops_with_range(gemm_p, plan.gemm_prefill.flops()));
   h += fmt::format("#     {}, 2mnk FLOPs\n", gemm_text(plan.gemm_prefill));

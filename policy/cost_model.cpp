@@ -14,6 +14,8 @@ namespace strata {
 namespace {
 
 constexpr double kActBytes = 2;  // activations and uncompressed KV are f16
+constexpr double kKvPageTokens = 16;  // the engine's KV page
+constexpr double kDiskBlock = 4096;   // O_DIRECT alignment of its records
 
 
 // max(flops / rate, bytes / bandwidth); bandwidth 0 means no memory term.
@@ -215,6 +217,10 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double c2g = hw.cpu_to_gpu, g2c = hw.gpu_to_cpu, g2c_kv = hw.gpu_to_cpu_kv;
   const double d2c = hw.disk_to_cpu, c2d = hw.cpu_to_disk, c2d_kv = hw.cpu_to_disk_kv;
   const double dev_bw = hw.device_mem_bandwidth;
+  // KV on disk is read a page record at a time: K and V of one layer's
+  // page, in disk blocks (offload/kv_file.h).
+  const double kv_record = std::ceil(2 * kKvPageTokens * kv_dim * kv_bytes / kDiskBlock) * kDiskBlock;
+  const double d2c_kv = hw.kv_read_rate(kv_record);
 
   // Compute, seconds (constants for a fixed batch): from the profile's
   // rates, or on a CPU device with the engine's measured times, the layer's
@@ -267,8 +273,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // ---- decode layer step ----
   {
     StepCost& st = m.decode_layer;
-    const Affine d2c_s = (1 / d2c) * (w_layer * disk(W) + hid_token * B * disk(ACT) +
-                                      kv_token * ctx_attend * B * disk(KV));
+    const Affine d2c_s = (1 / d2c) * (w_layer * disk(W) + hid_token * B * disk(ACT)) +
+                         (kv_token * ctx_attend * B / d2c_kv) * disk(KV);
     const Affine c2d_s = (1 / c2d) * (kv_token * B * disk(KV) + hid_token * B * disk(ACT));
     const Affine gemm = affine_constant(gemm_decode);
     if (unified) {

@@ -25,6 +25,9 @@
 //     gpu_to_cpu: 4.82G              # required with device: gpu
 //     gpu_to_cpu_kv: 0.97G           # optional: KV cache stores (default gpu_to_cpu)
 //     cpu_to_disk_kv: 0.746G         # optional: KV cache stores (default cpu_to_disk)
+//     disk_to_cpu_kv: {4K: 0.09G, 16K: 0.35G, 64K: 0.9G}
+//                                    # optional: KV page reads by request size
+//                                    # (default disk_to_cpu at every size)
 //   device_compute:                  # optional with device: cpu (then from cpu_compute)
 //     gemm_prefill_tflops: 21.24     # matrix products over many tokens
 //     gemm_decode_tflops: 4.3        # matrix products of one token per sequence
@@ -40,6 +43,7 @@
 
 #include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -64,6 +68,9 @@ struct HardwareProfile {
   double gpu_to_cpu = 0;
   double gpu_to_cpu_kv = 0;   // KV cache stores from the device (strided)
   double cpu_to_disk_kv = 0;  // KV cache stores to disk
+  // KV page reads from disk: (request bytes, bytes per second), sizes
+  // increasing; empty: disk_to_cpu.
+  std::vector<std::pair<double, double>> disk_to_cpu_kv;
 
   // Compute device, FLOP/s (and bytes/s for the roofline; 0 = no roofline).
   double gemm_prefill_flops = 0;
@@ -82,6 +89,10 @@ struct HardwareProfile {
   std::array<double, 3> cpu_attention_fit{0, 0, 0};
 
   bool unified_memory() const { return device == DeviceKind::kCpu; }
+  // The rate of KV page reads of `request_bytes` each: disk_to_cpu_kv
+  // interpolated in the logarithm of the size, its end values beyond its
+  // ends; disk_to_cpu without it.
+  double kv_read_rate(double request_bytes) const;
   // CPU attention rate for a micro-batch size and hidden size (applies the fit).
   double cpu_attention_rate(int64_t gpu_batch_size, int64_t hidden) const;
 };

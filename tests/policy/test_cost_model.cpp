@@ -270,6 +270,11 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
              2 * kStageSlope * 0.25 + kKt * s * g * 0.25 + working(g, s, s));
   EXPECT_REL(m.memory[1][1].weights(x), kWtot * 0.75);
   EXPECT_REL(term(m.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 10 * 6 * 0.25) / 100);
+  // With KV read rates by request size, KV pages are read at the rate of
+  // their record (K and V of one layer's 16-token page: 2K, in a 4K block).
+  t.hw.disk_to_cpu_kv = {{4096, 10}, {16384, 40}};
+  const CostModel kv = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  EXPECT_REL(term(kv.decode_layer, "disk->cpu", x), kWl * 0.25 / 100 + kKt * 10 * 6 * 0.25 / 10);
 }
 
 // FlexGen's formulas for the terms both models share (experimental/

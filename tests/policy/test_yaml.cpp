@@ -163,6 +163,42 @@ TEST(PolicyHardwareYaml, PresetRoundTrip) {
   EXPECT_EQ(cpu_again.cpu_mem, cpu.cpu_mem);
 }
 
+// KV page reads by request size: read back, interpolated in the logarithm
+// of the size, flat beyond the ends; without them, disk_to_cpu.
+TEST(PolicyHardwareYaml, KvReadRatesBySize) {
+  HardwareProfile hw = parse_hardware_profile(R"(
+name: kv
+device: cpu
+memory: {cpu: 1G, disk: 16G}
+links: {disk_to_cpu: 2G, cpu_to_disk: 1G, disk_to_cpu_kv: {16K: 0.4G, 4K: 0.1G, 64K: 1G}}
+cpu_compute: {gemm_tflops: 1, attention_tflops: 0.1}
+)",
+                                              "kv.yaml");
+  // Rates are whole bytes per second.
+  const double r4 = std::llround(0.1 * 1073741824.0), r16 = std::llround(0.4 * 1073741824.0),
+               r64 = 1073741824.0;
+  ASSERT_EQ(hw.disk_to_cpu_kv.size(), 3u);
+  EXPECT_EQ(hw.disk_to_cpu_kv[0], std::make_pair(4096.0, r4));  // sorted by size
+  EXPECT_EQ(hw.kv_read_rate(4096), r4);
+  EXPECT_DOUBLE_EQ(hw.kv_read_rate(8192), (r4 + r16) / 2);  // half way in log2 from 4K to 16K
+  EXPECT_DOUBLE_EQ(hw.kv_read_rate(32768), (r16 + r64) / 2);
+  EXPECT_EQ(hw.kv_read_rate(1024), r4);
+  EXPECT_EQ(hw.kv_read_rate(1 << 20), r64);
+  const HardwareProfile again = parse_hardware_profile(hardware_profile_to_yaml(hw), "again");
+  EXPECT_EQ(again.disk_to_cpu_kv, hw.disk_to_cpu_kv);
+  hw.disk_to_cpu_kv.clear();
+  EXPECT_EQ(hw.kv_read_rate(4096), hw.disk_to_cpu);
+
+  const std::string e = error_of([] {
+    parse_hardware_profile(
+        "name: x\ndevice: cpu\nmemory: {cpu: 1G}\n"
+        "links: {disk_to_cpu: 1G, cpu_to_disk: 1G, disk_to_cpu_kv: {big: 1G}}\n"
+        "cpu_compute: {gemm_tflops: 1, attention_tflops: 1}\n",
+        "hw.yaml");
+  });
+  EXPECT_CONTAINS(e, "hw.yaml: links.disk_to_cpu_kv: 'big' is not a request size");
+}
+
 TEST(PolicyHardwareYaml, BadProfilesNameTheKey) {
   std::string e = error_of(
       [] { parse_hardware_profile(test::tiny_gpu_yaml("{gpu: lots, cpu: 4G}"), "hw.yaml"); });
