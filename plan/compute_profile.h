@@ -13,9 +13,11 @@
 //   prefill 1, 4, 16, 32, 64 sequences of 16 tokens, and one sequence of
 //           up to 512 tokens for the part that grows with its square;
 //   head    the embeddings of g tokens and the logits of g rows.
-// Each point is the median of repeated runs after a warm-up (core/bench.h);
-// a point below the one before it (more rows or tokens) is noise and takes
-// that one's time. About 5 s for a small model, 30 s for a 3 GB one.
+// Each point is the median of repeated runs after a warm-up (core/bench.h),
+// the faster of two passes over the grid (a disturbance from elsewhere on
+// the machine seldom lasts through both); a point below the one before it
+// (more rows or tokens) is noise and takes that one's time. About 5 s for a
+// small model, 30 s for a 3 GB one.
 #pragma once
 
 #include <string>
@@ -29,8 +31,9 @@ namespace strata {
 class Model;
 
 // What a measurement for `eo` (its compute, KV and weight dtypes and
-// threads) of `model` is cached under: the host, the build, the model's
-// shape and the dtypes of the matrices measured.
+// threads) of `model` is cached under: the host, the build (the commit and
+// the executable's path and time), the model's shape and the dtypes of the
+// matrices measured.
 std::string engine_compute_key(const Model& model, const EngineOptions& eo);
 
 // Measures; Error when the model's shape cannot run.

@@ -10,7 +10,10 @@
 #   BIG=1 scripts/validate_cost_model.sh     # also the 3.2 GB random f16 model
 #                                            # of scripts/bench_offload.sh
 #
-# The demo model's grid takes about 3 minutes on a 2-core machine; BIG=1
+# Each row runs once to warm up, then three times (the report keeps the
+# median: a shared virtual machine's speed can wander by 10-30% from one
+# minute to the next).
+# The demo model's grid takes about 8 minutes on a 2-core machine; BIG=1
 # adds about 5 (and writes that model once). Numbers need an otherwise idle
 # machine; the load average is printed before and after. Reports go to
 # OUT_DIR (default models/validate-cost-model, which git ignores).
@@ -47,7 +50,7 @@ row() {
   shift 6
   local tag="${model##*/}"
   "$strata" --log-level error bench --model "$model" --prompt-len "$prompt" --gen-len "$gen" \
-    --batch "$batch" --num-batches "$nb" --warmup 1 --repeats 1 --hardware "$out/profile.yaml" \
+    --batch "$batch" --num-batches "$nb" --warmup 1 --repeats 3 --hardware "$out/profile.yaml" \
     --offload-dir "$out/offload/${tag%%.*}${OFFLOAD_SUFFIX:-}" --report "$out/reports/$name.json" \
     "$@" >/dev/null
   rows+=("$name")
