@@ -112,8 +112,8 @@ class Bench {
       pages_.push_back(id);
     }
     kv_ = pool_->layer(0);
-    const int64_t max_tokens = std::max({kDecodeRows.back(), kPrefillSeqs.back() * kPage,
-                                         kLongPrompt});
+    const int64_t max_tokens =
+        std::max({kDecodeRows.back(), kPrefillSeqs.back() * kPage, kLongPrompt});
     fwd_.reserve(max_tokens);
     hidden0_.resize(static_cast<size_t>(max_tokens * c.n_embd));
     std::mt19937 rng(11);
@@ -274,8 +274,8 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
   }
   const double at_long = t[i++];
   const double at_short = c.decode_layer(static_cast<double>(kSlopeRows), c.decode_ctx);
-  c.decode_key_s = std::max(0.0, (at_long - at_short) /
-                                     static_cast<double>(kSlopeRows * (long_ctx - kShortCtx)));
+  c.decode_key_s = std::max(
+      0.0, (at_long - at_short) / static_cast<double>(kSlopeRows * (long_ctx - kShortCtx)));
 
   // The same tokens as one long prompt and as prompts of one page: the
   // difference is the attention that grows with the square of the length.

@@ -144,13 +144,13 @@ std::string utc_now() {
   return buf;
 }
 
-
 // The key of this machine and disk: host, CPU and RAM (host_key), and the
 // filesystem of the offload directory.
 std::string machine_key(const std::string& offload_dir) {
   struct stat st {};
   ::stat(offload_dir.c_str(), &st);
-  return fmt::format("{:016x}", fnv1a(fmt::format("{}|{}", host_key(), static_cast<uint64_t>(st.st_dev))));
+  return fmt::format("{:016x}",
+                     fnv1a(fmt::format("{}|{}", host_key(), static_cast<uint64_t>(st.st_dev))));
 }
 
 }  // namespace
@@ -391,10 +391,9 @@ std::string measure_machine(const ProfileRequest& a) {
   h += "#   links.disk_to_cpu_kv: reads as KV pages on disk are read, one request per\n"
        "#     page record at scattered places, the engine's disk I/O settings:\n";
   for (size_t i = 0; i < disk.kv_read_sizes.size(); ++i) {
-    h += fmt::format("#     {} requests: {}\n",
-                     format_bytes(static_cast<double>(disk.kv_read_sizes[i])),
-                     rate_with_range(disk.read_kv[i],
-                                     static_cast<double>(disk.kv_read_pass_bytes[i])));
+    h += fmt::format(
+        "#     {} requests: {}\n", format_bytes(static_cast<double>(disk.kv_read_sizes[i])),
+        rate_with_range(disk.read_kv[i], static_cast<double>(disk.kv_read_pass_bytes[i])));
   }
   h += fmt::format("#   device_compute.gemm_prefill_tflops: {}\n",
                    flops_with_range(gemm_p, plan.gemm_prefill.flops()));
@@ -440,8 +439,9 @@ HardwareProfile this_machine_profile(const std::string& offload_dir) {
     fail("--offload-dir {}: cannot create the directory: {}; choose a directory you can write to",
          offload_dir, ec.message());
   }
-  const std::string path =
-      (fs::path(profile_cache_dir(offload_dir)) / ("hardware-" + machine_key(offload_dir) + ".yaml")).string();
+  const std::string path = (fs::path(profile_cache_dir(offload_dir)) /
+                            ("hardware-" + machine_key(offload_dir) + ".yaml"))
+                               .string();
   if (fs::exists(path)) {
     try {
       HardwareProfile hw = load_hardware_profile(path);

@@ -144,10 +144,8 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
       "policy auto: {} on {} for prompt {} + gen {}: {}gpu batch {} x {} batches, {}; "
       "predicted {:.1f} tok/s total, bound {} ({} LPs; budgets RAM {}, disk {})",
       shape.name, hw.name, work.prompt_len, work.gen_len,
-      r.plan_rank == 1 ? std::string()
-                       : fmt::format("plan {} of {}: ", r.plan_rank, sr.n_plans),
-      p.gpu_batch_size, p.num_gpu_batches,
-      p.placement.describe(), sr.prediction.total_tokens_per_s,
+      r.plan_rank == 1 ? std::string() : fmt::format("plan {} of {}: ", r.plan_rank, sr.n_plans),
+      p.gpu_batch_size, p.num_gpu_batches, p.placement.describe(), sr.prediction.total_tokens_per_s,
       sr.prediction.bound_phase == Phase::kPrefill ? sr.prediction.bound_prefill
                                                    : sr.prediction.bound_decode,
       sr.n_lp_solved, format_bytes(b.cpu), format_bytes(b.disk));
@@ -249,10 +247,12 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
     t.decode_s = pr.decode_s;
     for (const auto& [name, s] : pr.decode_terms) t.decode_layer_terms[name] = s;
     for (const auto& [name, s] : pr.prefill_terms) t.prefill_layer_terms[name] = s;
-    t.workload = {{"prompt_len", work.prompt_len}, {"gen_len", work.gen_len},
-                  {"block_size", policy.block_size()}, {"hardware", hardware->name},
-                  {"compute", compute ? "the engine's, measured on this machine"
-                                      : "the profile's rates"}};
+    t.workload = {
+        {"prompt_len", work.prompt_len},
+        {"gen_len", work.gen_len},
+        {"block_size", policy.block_size()},
+        {"hardware", hardware->name},
+        {"compute", compute ? "the engine's, measured on this machine" : "the profile's rates"}};
     return t;
   } catch (const Error& e) {
     spdlog::warn("the cost model cannot predict this run: {}", e.what());

@@ -17,7 +17,6 @@ constexpr double kActBytes = 2;  // activations and uncompressed KV are f16
 constexpr double kKvPageTokens = 16;  // the engine's KV page
 constexpr double kDiskBlock = 4096;   // O_DIRECT alignment of its records
 
-
 // max(flops / rate, bytes / bandwidth); bandwidth 0 means no memory term.
 double roofline(double flops, double rate, double bytes, double bandwidth) {
   const double t = flops / rate;
@@ -99,8 +98,7 @@ std::string StepCost::bound_label(size_t b, const Placement& x) const {
   bool compute = false;
   for (int t : bounds[b].terms) {
     const std::string& name = terms[t].name;
-    const bool is_compute =
-        name == "gemm" || name == "layer" || name.rfind("attention", 0) == 0;
+    const bool is_compute = name == "gemm" || name == "layer" || name.rfind("attention", 0) == 0;
     if (terms[t].seconds(x) <= 0 || (is_compute && compute)) continue;
     compute = compute || is_compute;
     out += (out.empty() ? "" : " + ") + (is_compute ? std::string("compute") : name);
@@ -219,7 +217,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double dev_bw = hw.device_mem_bandwidth;
   // KV on disk is read a page record at a time: K and V of one layer's
   // page, in disk blocks (offload/kv_file.h).
-  const double kv_record = std::ceil(2 * kKvPageTokens * kv_dim * kv_bytes / kDiskBlock) * kDiskBlock;
+  const double kv_record =
+      std::ceil(2 * kKvPageTokens * kv_dim * kv_bytes / kDiskBlock) * kDiskBlock;
   const double d2c_kv = hw.kv_read_rate(kv_record);
 
   // Compute, seconds (constants for a fixed batch): from the profile's
@@ -258,7 +257,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     const Affine gemm = affine_constant(gemm_prefill);
     const Affine attn = affine_constant(attn_prefill);
     if (unified) {
-      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, gemm}, {"attention", attn}};
+      st.terms = {
+          {"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, gemm}, {"attention", attn}};
       st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2, 3}}};
     } else {
       const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * s * B * off(ACT));
@@ -279,7 +279,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     const Affine gemm = affine_constant(gemm_decode);
     if (unified) {
       const Affine attn = affine_constant(B * attn_dev_seq);
-      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, gemm}, {"attention", attn}};
+      st.terms = {
+          {"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, gemm}, {"attention", attn}};
       st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2, 3}}};
     } else {
       // With CPU attention only q goes down and the attention output comes
