@@ -120,6 +120,13 @@ for name in ["flexgen-opt-6.7b-t4.yaml", "flexgen-opt-30b-t4.yaml"]:
     put("policy_yaml", name, open(os.path.join(ROOT, "policies", name)).read())
 put("hardware_yaml", "t4-flexgen.yaml",
     open(os.path.join(ROOT, "policies", "hardware", "t4-flexgen.yaml")).read())
+put("hardware_yaml", "cpu-kv-reads.yaml", (
+    "name: this-machine\ndevice: cpu\nmemory: {cpu: 23.5G, disk: 100G}\n"
+    "links: {disk_to_cpu: 1.528G, cpu_to_disk: 1.151G, cpu_to_disk_kv: 1.791G,\n"
+    "  disk_to_cpu_kv: {4K: 0.164G, 16K: 0.4467G, 64K: 0.9971G, 256K: 1.025G}}\n"
+    "device_compute: {gemm_prefill_tflops: 0.142, gemm_decode_tflops: 0.128,\n"
+    "  attention_prefill_tflops: 0.05, attention_decode_tflops: 0.01, mem_bandwidth: 10G}\n"
+    "cpu_compute: {gemm_tflops: 0.142, attention_tflops: 0.01, mem_bandwidth: 10G}\n"))
 
 # ---- prompt files (first byte: 0 text, 1 JSONL) ----
 put("prompt_file", "text.txt", b"\x00" + "hello world\n\n  the cat sat\r\ncaf\u00e9\n".encode())
