@@ -9,6 +9,7 @@
 #   scripts/validate_cost_model.sh [BUILD_DIR]
 #   BIG=1 scripts/validate_cost_model.sh     # also the 3.2 GB random f16 model
 #                                            # of scripts/bench_offload.sh
+#   BIG=1 DEMO=0 scripts/validate_cost_model.sh   # that model's rows only
 #
 # Each row runs once to warm up, then three times (the report keeps the
 # median: a shared virtual machine's speed can wander by 10-30% from one
@@ -61,19 +62,21 @@ ram=(--percent 0 100 0 100 0 100)
 half=(--percent 0 50 0 100 0 100)
 disk=(--percent 0 0 0 100 0 100)
 kv_disk=(--percent 0 100 0 0 0 100)
-row demo-ram-b1-p32-g8 "$demo" 32 8 1 1 "${ram[@]}"
-row demo-ram-b8-p128-g32 "$demo" 128 32 8 1 "${ram[@]}"
-row demo-ram-b32-p128-g32 "$demo" 128 32 32 1 "${ram[@]}"
-row demo-ram-b8x4-p256-g16 "$demo" 256 16 8 4 "${ram[@]}"
-row demo-ram-b8-p1024-g8 "$demo" 1024 8 8 1 "${ram[@]}"
-row demo-ram-b8-p32-g64 "$demo" 32 64 8 1 "${ram[@]}"
-row demo-half-b8-p128-g32 "$demo" 128 32 8 1 "${half[@]}"
-row demo-disk-b8-p128-g32 "$demo" 128 32 8 1 "${disk[@]}"
-row demo-disk-b32x2-p128-g32 "$demo" 128 32 32 2 "${disk[@]}"
-row demo-kvdisk-b8-p256-g32 "$demo" 256 32 8 1 "${kv_disk[@]}"
-row demo-kvq8-b8-p256-g32 "$demo" 256 32 8 1 "${ram[@]}" --compress-kv q8
-row demo-kvq4-b8-p256-g32 "$demo" 256 32 8 1 "${ram[@]}" --compress-kv q4
-OFFLOAD_SUFFIX=-q4 row demo-disk-wq4-b8-p128-g32 "$demo" 128 32 8 1 "${disk[@]}" --compress-weight q4
+if [[ "${DEMO:-1}" == 1 ]]; then
+  row demo-ram-b1-p32-g8 "$demo" 32 8 1 1 "${ram[@]}"
+  row demo-ram-b8-p128-g32 "$demo" 128 32 8 1 "${ram[@]}"
+  row demo-ram-b32-p128-g32 "$demo" 128 32 32 1 "${ram[@]}"
+  row demo-ram-b8x4-p256-g16 "$demo" 256 16 8 4 "${ram[@]}"
+  row demo-ram-b8-p1024-g8 "$demo" 1024 8 8 1 "${ram[@]}"
+  row demo-ram-b8-p32-g64 "$demo" 32 64 8 1 "${ram[@]}"
+  row demo-half-b8-p128-g32 "$demo" 128 32 8 1 "${half[@]}"
+  row demo-disk-b8-p128-g32 "$demo" 128 32 8 1 "${disk[@]}"
+  row demo-disk-b32x2-p128-g32 "$demo" 128 32 32 2 "${disk[@]}"
+  row demo-kvdisk-b8-p256-g32 "$demo" 256 32 8 1 "${kv_disk[@]}"
+  row demo-kvq8-b8-p256-g32 "$demo" 256 32 8 1 "${ram[@]}" --compress-kv q8
+  row demo-kvq4-b8-p256-g32 "$demo" 256 32 8 1 "${ram[@]}" --compress-kv q4
+  OFFLOAD_SUFFIX=-q4 row demo-disk-wq4-b8-p128-g32 "$demo" 128 32 8 1 "${disk[@]}" --compress-weight q4
+fi
 if [[ "${BIG:-0}" == 1 ]]; then
   if [[ ! -f "$big/model.safetensors" ]]; then
     "$build/offload/strata_make_bench_model" --out "$big" --tokenizer-dir "$root/tests/data/models/llama"
