@@ -70,6 +70,14 @@ struct CacheDir {
   }
 };
 
+// Measurements the suite makes (a run plan with a CPU profile measures the
+// engine's compute) are cached in the build tree, never in the user's home.
+TEST(ComputeProfile, TheSuiteCachesInsideTheBuildTree) {
+  const char* cache = std::getenv("XDG_CACHE_HOME");
+  ASSERT_NE(cache, nullptr) << "ctest sets XDG_CACHE_HOME (tests/CMakeLists.txt)";
+  EXPECT_EQ(fs::path(cache).filename(), "test-cache") << cache;
+}
+
 TEST(ComputeProfile, MeasuresEveryPointOfTheTables) {
   const auto model = fixture();
   const EngineOptions eo = options(DType::kF32, DType::kF32);
