@@ -30,9 +30,9 @@ for rec in map(json.loads, open(sys.argv[2], encoding="utf-8")):
     print(f"    ({rec['completion_tokens']} tokens, {rec['finish_reason']})\n")
 PY
 
-echo "=== the same prompts with --policy auto and 64M of RAM: the 92M of weights stream from disk"
+echo "=== the same prompts with --policy auto and 80M of RAM: the 92M of weights stream from disk"
 rm -f out/demo-offload.jsonl out/demo-offload.jsonl.partial
 mkdir -p out/offload
 ./build/cli/strata generate --model "$model" --prompts examples/prompts.txt --chat \
-  --max-new-tokens 32 --policy auto --cpu-mem 64M --offload-dir out/offload \
+  --max-new-tokens 32 --policy auto --cpu-mem 80M --offload-dir out/offload \
   --output out/demo-offload.jsonl --report out/demo-offload-report.json
