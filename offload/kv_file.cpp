@@ -9,13 +9,14 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/kv_layout.h"
 #include "core/log.h"
 #include "offload/aligned_buffer.h"
 
 namespace strata {
 
 uint64_t KvFile::record_bytes_for(const KvGeometry& geometry) {
-  return align_up(2 * geometry.page_bytes(), kDiskAlign);
+  return kv_disk_record_bytes(geometry.page_bytes());
 }
 
 KvFile::KvFile(const KvGeometry& geometry)

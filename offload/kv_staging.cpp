@@ -28,8 +28,8 @@ void KvStaging::release() {
   for (Slot& s : slots_) s = Slot{};
 }
 
-uint64_t KvStaging::prepare(int64_t stage_records, int64_t disk_pages, const std::string& dir) {
-  const uint64_t bytes = static_cast<uint64_t>(stage_records) * file_.record_bytes();
+uint64_t KvStaging::prepare(const KvNeeds& needs, const std::string& dir) {
+  const uint64_t bytes = static_cast<uint64_t>(needs.stage_records) * file_.record_bytes();
   for (Slot& s : slots_) {
     s = Slot{};
     if (bytes == 0) continue;
@@ -40,9 +40,9 @@ uint64_t KvStaging::prepare(int64_t stage_records, int64_t disk_pages, const std
       s.host = ram_.allocate(bytes, "KV staging relay buffer");
     }
   }
-  if (disk_pages == 0) return 0;
-  kv_.set_disk_slots(disk_pages);
-  file_.prepare(dir, disk_pages);
+  if (needs.disk_pages == 0) return 0;
+  kv_.set_disk_slots(needs.disk_pages, needs.disk_extent);
+  file_.prepare(dir, kv_.disk_slots());
   return file_.bytes();
 }
 

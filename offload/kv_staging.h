@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kv/kv_cache.h"
 #include "offload/kv_file.h"
 #include "offload/memory_mode.h"
 #include "offload/tier_pool.h"
@@ -48,10 +49,11 @@ class KvStaging {
   const KvFile& file() const { return file_; }
   // Frees the staging buffers (before a block's memory is counted again).
   void release();
-  // For a block: staging buffers of `stage_records` records each, and the
-  // KV file grown to `disk_pages` slots per layer in `dir` (disk slots
-  // handed to the cache). Returns the file's bytes.
-  uint64_t prepare(int64_t stage_records, int64_t disk_pages, const std::string& dir);
+  // For a block that needs `needs`: staging buffers of its stage_records
+  // records each, and the KV file grown to its disk_pages slots per layer in
+  // `dir` (the slots handed to the cache in its extents). Returns the file's
+  // bytes.
+  uint64_t prepare(const KvNeeds& needs, const std::string& dir);
 
   // Micro-batch k's plan for generation step `step`, from its live KV
   // sequences (after their extend for the step).

@@ -55,12 +55,13 @@ struct DiskMeasureOptions {
   size_t chunk_bytes = size_t{1} << 20;
   int chunk_depth = 16;
   // Reads as the offload engine reads KV pages homed on disk: one request
-  // per page record (K and V of one layer, a few KiB to a few hundred),
+  // per run of a sequence's page records (K and V of one layer, a few KiB
+  // each, up to an extent of about 1 MiB: core/kv_layout.h),
   // scattered over the file, through a disk I/O layer configured as the
   // engine's (DiskIoOptions' defaults), kv_read_depth in flight;
   // kv_read_requests requests per pass of each size (at most the file).
   std::vector<size_t> kv_read_sizes{size_t{4} << 10, size_t{16} << 10, size_t{64} << 10,
-                                    size_t{256} << 10};
+                                    size_t{256} << 10, size_t{1} << 20};
   int kv_read_depth = 16;
   int kv_read_requests = 2048;
 };

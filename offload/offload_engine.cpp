@@ -304,7 +304,7 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
                                           "working memory");
       break;
   }
-  const uint64_t kv_file = kv_stage_->prepare(m.kv.stage_records, m.kv.disk_pages, opt_.offload_dir);
+  const uint64_t kv_file = kv_stage_->prepare(m.kv, opt_.offload_dir);
   wstage_->reset();
   res_disk_kv_.release();
   if (m.kv.disk_pages > 0) res_disk_kv_ = tiers_->disk().reserve(kv_file, "KV cache pages on disk");

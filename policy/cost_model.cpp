@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/kv_layout.h"
 #include "core/units.h"
 
 namespace strata {
@@ -15,7 +16,6 @@ namespace {
 
 constexpr double kActBytes = 2;  // activations and uncompressed KV are f16
 constexpr double kKvPageTokens = 16;  // the engine's KV page
-constexpr double kDiskBlock = 4096;   // O_DIRECT alignment of its records
 
 // max(flops / rate, bytes / bandwidth); bandwidth 0 means no memory term.
 double roofline(double flops, double rate, double bytes, double bandwidth) {
@@ -215,11 +215,17 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double c2g = hw.cpu_to_gpu, g2c = hw.gpu_to_cpu, g2c_kv = hw.gpu_to_cpu_kv;
   const double d2c = hw.disk_to_cpu, c2d = hw.cpu_to_disk, c2d_kv = hw.cpu_to_disk_kv;
   const double dev_bw = hw.device_mem_bandwidth;
-  // KV on disk is read a page record at a time: K and V of one layer's
-  // page, in disk blocks (offload/kv_file.h).
-  const double kv_record =
-      std::ceil(2 * kKvPageTokens * kv_dim * kv_bytes / kDiskBlock) * kDiskBlock;
-  const double d2c_kv = hw.kv_read_rate(kv_record);
+  // KV on disk: a sequence's pages of one layer are records in extents of
+  // consecutive slots (core/kv_layout.h), read an extent (or the pages the
+  // sequence has, on average over the decode) per request.
+  const auto kv_page = static_cast<uint64_t>(std::ceil(kKvPageTokens * kv_dim * kv_bytes));
+  const auto pages_of = [](double tokens) {
+    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(tokens / kKvPageTokens)));
+  };
+  const int64_t kv_run = std::min(kv_disk_extent_pages(kv_page, pages_of(ctx_end)),
+                                  pages_of(ctx_attend));
+  const double d2c_kv =
+      hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page) * kv_run));
 
   // Compute, seconds (constants for a fixed batch): from the profile's
   // rates, or on a CPU device with the engine's measured times, the layer's

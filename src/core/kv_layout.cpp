@@ -27,4 +27,15 @@ size_t kv_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t 
                                      : kv_value_page_bytes(dtype, page_size, n_kv_head, head_dim);
 }
 
+uint64_t kv_disk_record_bytes(uint64_t page_bytes) {
+  constexpr uint64_t kAlign = 4096;
+  return (2 * page_bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+int64_t kv_disk_extent_pages(uint64_t page_bytes, int64_t most_disk_pages) {
+  const uint64_t record = kv_disk_record_bytes(page_bytes);
+  const auto target = static_cast<int64_t>((kKvDiskExtentBytes + record - 1) / record);
+  return std::max<int64_t>(1, std::min(target, most_disk_pages));
+}
+
 }  // namespace strata

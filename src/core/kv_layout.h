@@ -25,4 +25,15 @@ size_t kv_quant_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, in
 // Any dtype: bytes of one K (or V) page.
 size_t kv_page_bytes(DType dtype, int64_t page_size, int64_t n_kv_head, int64_t head_dim);
 
+// KV pages on disk (offload/kv_file.h): a record per (layer, page) holds
+// its K then V page, rounded up to the 4 KiB of O_DIRECT.
+uint64_t kv_disk_record_bytes(uint64_t page_bytes);
+// A sequence's disk pages take consecutive slots of extents it owns
+// (kv/kv_cache.h), so one layer of a sequence is read in requests of up to
+// an extent. The extent aims at kKvDiskExtentBytes of records (reads that
+// size run near the disk's best rate), but is no longer than the most disk
+// pages a sequence of the block has (`most_disk_pages`; at least 1).
+inline constexpr uint64_t kKvDiskExtentBytes = uint64_t{1} << 20;
+int64_t kv_disk_extent_pages(uint64_t page_bytes, int64_t most_disk_pages);
+
 }  // namespace strata

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/kv_layout.h"
 
 namespace strata {
 
@@ -30,6 +31,7 @@ Tier kv_page_home(const Placement& f, int64_t page_index) {
 KvNeeds kv_block_needs(const KvGeometry& g, const Placement& placement,
                        const std::vector<std::vector<int64_t>>& lengths) {
   KvNeeds n;
+  std::vector<int64_t> disk;  // disk pages of each sequence
   for (const std::vector<int64_t>& mb : lengths) {
     int64_t records = 0;
     for (int64_t len : mb) {
@@ -47,11 +49,14 @@ KvNeeds kv_block_needs(const KvGeometry& g, const Placement& placement,
       // At most one disk page of a sequence is backed at a time: the partial
       // one, or the one completed in the previous step until it retires.
       n.backed_pages += ram + (any_disk_page ? 1 : 0);
-      n.disk_pages += disk_full;
+      disk.push_back(disk_full);
       records += disk_full;
     }
     n.stage_records = std::max(n.stage_records, records);
   }
+  const int64_t most = disk.empty() ? 1 : *std::max_element(disk.begin(), disk.end());
+  n.disk_extent = kv_disk_extent_pages(g.page_bytes(), most);
+  for (int64_t d : disk) n.disk_pages += (d + n.disk_extent - 1) / n.disk_extent * n.disk_extent;
   return n;
 }
 
@@ -98,10 +103,7 @@ int32_t KvCache::add_sequence() {
 
 void KvCache::free_page(int32_t page) {
   const size_t p = static_cast<size_t>(page);
-  if (p < slot_of_.size() && slot_of_[p] >= 0) {
-    free_slots_.push_back(slot_of_[p]);
-    slot_of_[p] = -1;
-  }
+  if (p < slot_of_.size()) slot_of_[p] = -1;  // the slot's extent goes with its sequence
   if (p < created_.size()) created_[p] = -1;
   std::erase_if(retiring_, [&](const Retiring& r) { return r.page == page; });
   pool_.free(page);
@@ -110,6 +112,9 @@ void KvCache::free_page(int32_t page) {
 void KvCache::remove_sequence(int32_t seq) {
   Seq& s = get(seq);
   for (int32_t p : s.pages) free_page(p);
+  for (int32_t e : s.extents) free_extents_.push_back(e);
+  s.extents.clear();
+  s.extent_used = 0;
   s.pages.clear();
   s.completed.clear();
   s.length = 0;
@@ -130,12 +135,16 @@ std::span<const int32_t> KvCache::completed(int32_t seq) const {
   return get(seq).completed;
 }
 
-int32_t KvCache::take_disk_slot() {
-  STRATA_ASSERT_MSG(!free_slots_.empty(), "KV disk file of {} pages per layer is full",
-                    slot_capacity_);
-  const int32_t s = free_slots_.back();
-  free_slots_.pop_back();
-  return s;
+int32_t KvCache::take_disk_slot(Seq& s) {
+  if (s.extents.empty() || s.extent_used == extent_) {
+    STRATA_ASSERT_MSG(!free_extents_.empty(),
+                      "KV disk file of {} pages per layer (extents of {}) is full",
+                      slot_capacity_, extent_);
+    s.extents.push_back(free_extents_.back());
+    free_extents_.pop_back();
+    s.extent_used = 0;
+  }
+  return s.extents.back() + s.extent_used++;
 }
 
 int64_t KvCache::extend(int32_t seq, int64_t n_new, int32_t step) {
@@ -172,7 +181,7 @@ int64_t KvCache::extend(int32_t seq, int64_t n_new, int32_t step) {
   for (int64_t p = old_len / ps; (p + 1) * ps <= new_len; ++p) {
     if (kv_page_home(placement_, p) != Tier::kDisk) continue;
     const int32_t id = s.pages[static_cast<size_t>(p)];
-    if (slot_of_[static_cast<size_t>(id)] < 0) slot_of_[static_cast<size_t>(id)] = take_disk_slot();
+    if (slot_of_[static_cast<size_t>(id)] < 0) slot_of_[static_cast<size_t>(id)] = take_disk_slot(s);
     s.completed.push_back(id);
   }
   s.length = new_len;
@@ -183,12 +192,17 @@ KvNeeds KvCache::needs(const std::vector<std::vector<int64_t>>& lengths) const {
   return kv_block_needs(pool_.geometry(), placement_, lengths);
 }
 
-void KvCache::set_disk_slots(int64_t n) {
-  if (n <= slot_capacity_) return;
+void KvCache::set_disk_slots(int64_t n, int64_t extent) {
+  STRATA_ASSERT(extent >= 1 && n % extent == 0);
+  if (n <= slot_capacity_ && extent == extent_) return;
   STRATA_ASSERT_MSG(n_live_ == 0, "KV disk slots changed with {} live sequences", n_live_);
-  slot_capacity_ = n;
-  free_slots_.clear();
-  for (int64_t s = slot_capacity_ - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+  slot_capacity_ = std::max(slot_capacity_, n);
+  extent_ = extent;
+  free_extents_.clear();
+  // Handed out from the back: the lowest slots first.
+  for (int64_t e = slot_capacity_ / extent - 1; e >= 0; --e) {
+    free_extents_.push_back(static_cast<int32_t>(e * extent));
+  }
 }
 
 int32_t KvCache::disk_slot(int32_t page) const {

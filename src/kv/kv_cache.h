@@ -26,9 +26,13 @@
 // pages of one layer (double-buffered), plus at most the one partial page of
 // each sequence and the pages completed in the last step.
 //
-// Disk pages have a slot each (a record per layer in the engine's KV file):
-// a sequence's disk pages completed together get consecutive slots, so their
-// records of one layer are one read.
+// Disk pages have a slot each (a record per layer in the engine's KV file).
+// Slots are handed out in extents of disk_extent() consecutive slots, each
+// extent owned by one sequence: a sequence's disk pages, in table order, take
+// the next slots of its extent (a new extent when it is full), so the records
+// of one layer of a sequence are a few large reads, whether the pages were
+// completed by a prefill or one by one in decode. A sequence's extents return
+// to the free list when it is removed.
 //
 // Invariants: a page is in exactly one page table (no sharing); pages(seq)
 // has page_size-ceil(length(seq)) entries; an unbacked page that is not fresh
@@ -55,10 +59,13 @@ namespace strata {
 // the device (Placement::folded).
 Tier kv_page_home(const Placement& placement, int64_t page_index);
 
-// What a block of sequences needs of the KV cache.
+// What a block of sequences needs of the KV cache; its disk extent is
+// kv_disk_extent_pages (core/kv_layout.h) for the most disk pages one of its
+// sequences completes (so short sequences do not reserve long extents).
 struct KvNeeds {
   int64_t backed_pages = 0;   // pool pages at the peak
-  int64_t disk_pages = 0;     // disk slots
+  int64_t disk_pages = 0;     // disk slots, whole extents of disk_extent
+  int64_t disk_extent = 1;    // slots per extent
   int64_t stage_records = 0;  // staging records of the largest micro-batch at one layer
 };
 // For micro-batches of sequences growing to `lengths[k][s]` tokens.
@@ -108,10 +115,12 @@ class KvCache {
   KvNeeds needs(const std::vector<std::vector<int64_t>>& lengths) const;
 
   // ---- disk slots ----
-  // Makes `n` slots available (at least; all free: no live sequence may
-  // hold one).
-  void set_disk_slots(int64_t n);
+  // Makes `n` slots available in extents of `extent` slots (n a multiple
+  // of it; no live sequence may hold a slot). Only grows the capacity; the
+  // extent may change whenever no sequence is live.
+  void set_disk_slots(int64_t n, int64_t extent = 1);
   int64_t disk_slots() const { return slot_capacity_; }
+  int64_t disk_extent() const { return extent_; }
   // The slot of a disk page, -1 for none.
   int32_t disk_slot(int32_t page) const;
 
@@ -129,10 +138,12 @@ class KvCache {
     int64_t length = 0;
     std::vector<int32_t> pages;
     std::vector<int32_t> completed;
+    std::vector<int32_t> extents;  // first slot of each disk extent it owns
+    int32_t extent_used = 0;       // slots taken of the last extent
   };
   Seq& get(int32_t seq);
   const Seq& get(int32_t seq) const;
-  int32_t take_disk_slot();
+  int32_t take_disk_slot(Seq& s);
   void free_page(int32_t page);
 
   PagePool pool_;
@@ -149,7 +160,8 @@ class KvCache {
   };
   std::vector<Retiring> retiring_;
   int64_t slot_capacity_ = 0;
-  std::vector<int32_t> free_slots_;
+  int64_t extent_ = 1;
+  std::vector<int32_t> free_extents_;  // first slots
 };
 
 }  // namespace strata

@@ -111,6 +111,75 @@ TEST(KvCache, BudgetBelowOnePageIsAnError) {
   EXPECT_THROW(KvCache(be, bad, 1 << 20), Error);
 }
 
+// KV on disk in extents: a sequence's disk pages take consecutive slots of
+// its own extents, whether a prefill completes them together or decode steps
+// of several interleaved sequences complete them one at a time.
+TEST(KvCacheDisk, DecodePagesOfInterleavedSequencesStayContiguous) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF16);
+  Placement half;  // KV: every other page on disk
+  half.set(DataKind::kKv, 0, 0.5);
+  for (const Placement& pl : {Placement{}, half}) {
+    Placement on_disk = pl;
+    if (pl == Placement{}) on_disk.set(DataKind::kKv, 0, 0);
+    KvCache kv(be, g, 100 * g.bytes_per_page(), on_disk);
+    const std::vector<std::vector<int64_t>> lengths{{16 * 5 + 3, 16 * 9}, {16 * 7}};
+    const KvNeeds n = kv.needs(lengths);
+    const int64_t most = on_disk == half ? 5 : 9;  // disk pages of the longest sequence (0, 2, .. 8)
+    EXPECT_EQ(n.disk_extent, most);  // below the 1 MiB target for these tiny pages
+    EXPECT_EQ(n.disk_pages % n.disk_extent, 0);
+    kv.set_disk_slots(n.disk_pages, n.disk_extent);
+    std::vector<int32_t> seqs;
+    for (int i = 0; i < 3; ++i) seqs.push_back(kv.add_sequence());
+    const std::vector<int64_t> prompt{16 * 2, 16 * 3, 5};
+    const std::vector<int64_t> total{16 * 5 + 3, 16 * 9, 16 * 7};
+    int32_t step = 0;
+    for (int i = 0; i < 3; ++i) kv.extend(seqs[i], prompt[i], step);
+    for (step = 1; step < 16 * 9; ++step) {
+      for (int i = 0; i < 3; ++i) {
+        if (kv.length(seqs[i]) < total[i]) kv.extend(seqs[i], 1, step);
+      }
+    }
+    std::set<int32_t> all;
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int32_t> slots;
+      for (int32_t page : kv.pages(seqs[i])) {
+        if (kv.disk_slot(page) >= 0) slots.push_back(kv.disk_slot(page));
+      }
+      ASSERT_FALSE(slots.empty());
+      for (size_t j = 1; j < slots.size(); ++j) {
+        EXPECT_EQ(slots[j], slots[j - 1] + 1) << "sequence " << i << " page " << j;
+      }
+      for (int32_t sl : slots) {
+        EXPECT_TRUE(all.insert(sl).second) << "slot " << sl << " given twice";
+        EXPECT_LT(sl, kv.disk_slots());
+      }
+    }
+    // Removing a sequence frees its extents for the next one.
+    kv.remove_sequence(seqs[1]);
+    const int32_t again = kv.add_sequence();
+    kv.extend(again, 16 * 9, step);
+    int64_t n_disk = 0;
+    for (int32_t page : kv.pages(again)) n_disk += kv.disk_slot(page) >= 0 ? 1 : 0;
+    EXPECT_EQ(n_disk, most);
+  }
+}
+
+TEST(KvCacheDisk, ExtentsAimAtAMegabyteAndShortSequencesReserveLittle) {
+  KvGeometry g = geometry(DType::kF16);
+  g.n_kv_head = 8;
+  g.head_dim = 128;  // a page of K (or V): 16 x 8 x 128 x 2 = 32 KiB
+  Placement disk;
+  disk.set(DataKind::kKv, 0, 0);
+  const KvNeeds long_ = kv_block_needs(g, disk, {{16 * 100, 16 * 40}});
+  EXPECT_EQ(long_.disk_extent, 16);  // 16 records of 64 KiB
+  EXPECT_EQ(long_.disk_pages, 112 + 48);
+  const KvNeeds short_ = kv_block_needs(g, disk, {{16 * 2 + 1, 16 * 3}, {16}});
+  EXPECT_EQ(short_.disk_extent, 3);
+  EXPECT_EQ(short_.disk_pages, 3 + 3 + 3);
+  EXPECT_EQ(short_.stage_records, 5);
+}
+
 TEST(PagePool, FreedPagesReturnToThePool) {
   CpuBackend be(1);
   const KvGeometry g = geometry(DType::kF16);

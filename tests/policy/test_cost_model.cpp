@@ -275,6 +275,14 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
   t.hw.disk_to_cpu_kv = {{4096, 10}, {16384, 40}};
   const CostModel kv = build_cost_model(t.shape, t.hw, t.work, t.pol);
   EXPECT_REL(term(kv.decode_layer, "disk->cpu", x), kWl * 0.25 / 100 + kKt * 10 * 6 * 0.25 / 10);
+  // Longer sequences keep their pages in extents of consecutive records: a
+  // request reads the pages a sequence has on average over the decode
+  // (s + n/2 = 228 tokens: 15 records of 4K), here below the 1 MiB extent.
+  t.hw.disk_to_cpu_kv = {{4096, 10}, {65536, 40}};
+  const CostModel longer = build_cost_model(t.shape, t.hw, {200, 56}, t.pol);
+  const double rate = 10 + 30 * std::log2(15.0) / 4;  // log2-interpolated at 60K
+  EXPECT_REL(term(longer.decode_layer, "disk->cpu", x),
+             kWl * 0.25 / 100 + kKt * 228 * 6 * 0.25 / rate);
 }
 
 // FlexGen's formulas for the terms both models share (experimental/
