@@ -109,6 +109,9 @@ struct AttentionSeqs {
   const int32_t* kv_len = nullptr;       // [n_seq]
   const int32_t* page_indptr = nullptr;  // [n_seq + 1]
   const int32_t* page_ids = nullptr;     // [page_indptr[n_seq]]
+  // 1, or n_kv_head: one page list per kv head (sparse attention), as in
+  // kernels/cpu/attention.h's AttentionBatch.
+  int64_t lists = 1;
 };
 
 // What a backend runs beyond the ops every backend has (asked once, as

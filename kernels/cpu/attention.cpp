@@ -29,6 +29,7 @@ Status check_attention_batch(const float* out, int64_t out_stride, const float* 
       (kv.n_pages > 0 && (kv.k == nullptr || kv.v == nullptr))) {
     return Status::kInvalidArgument;
   }
+  if (b.lists != 1 && b.lists != kv.n_kv_head) return Status::kInvalidArgument;
   *n_tokens = 0;
   *max_new = 0;
   *work = 0;
@@ -39,17 +40,21 @@ Status check_attention_batch(const float* out, int64_t out_stride, const float* 
   }
   for (int64_t s = 0; s < b.n_seq; ++s) {
     const int64_t n_new = static_cast<int64_t>(b.q_indptr[s + 1]) - b.q_indptr[s];
-    const int64_t n_pg = static_cast<int64_t>(b.page_indptr[s + 1]) - b.page_indptr[s];
+    const int64_t span = static_cast<int64_t>(b.page_indptr[s + 1]) - b.page_indptr[s];
+    const int64_t n_pg = span / b.lists;  // pages of each list
     const int64_t len = b.kv_len[s];
-    if (n_new < 0 || n_pg < 0 || len < n_new || n_pg * kv.page_size < len) {
+    if (n_new < 0 || span < 0 || span % b.lists != 0 || len < n_new || n_pg * kv.page_size < len) {
       return Status::kInvalidArgument;
     }
     if (n_pg > 0 && b.page_ids == nullptr) return Status::kInvalidArgument;
     const int64_t used = (len + kv.page_size - 1) / kv.page_size;
-    for (int64_t i = 0; i < used; ++i) {
-      const int32_t id = b.page_ids[b.page_indptr[s] + i];
-      if (id < 0 || id >= kv.n_pages || kv.k[id] == nullptr || kv.v[id] == nullptr) {
-        return Status::kInvalidArgument;
+    for (int64_t l = 0; l < b.lists; ++l) {
+      const int32_t* ids = seq_pages(b, s, l);
+      for (int64_t i = 0; i < used; ++i) {
+        const int32_t id = ids[i];
+        if (id < 0 || id >= kv.n_pages || kv.k[id] == nullptr || kv.v[id] == nullptr) {
+          return Status::kInvalidArgument;
+        }
       }
     }
     *max_new = std::max(*max_new, n_new);
@@ -487,7 +492,7 @@ Status paged_attention(float* out, int64_t out_stride, const float* q, int64_t q
     const int64_t n_tok = std::min(tile, n_new - first);
     const int64_t pos0 = batch.kv_len[s] - n_new + first;
     const int64_t h0 = g * group + c * n_h;
-    const int32_t* ids = batch.page_ids + batch.page_indptr[s];
+    const int32_t* ids = seq_pages(batch, s, g);
     const int64_t n_hi = std::min(n_h, (g + 1) * group - h0);
     if (avx512 != nullptr) {
       avx512(out, out_stride, q, q_stride, kv, ids, g, h0, n_hi, batch.q_indptr[s] + first, n_tok,

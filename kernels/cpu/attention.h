@@ -50,7 +50,18 @@ struct AttentionBatch {
   const int32_t* kv_len = nullptr;       // [n_seq]
   const int32_t* page_indptr = nullptr;  // [n_seq + 1], page_indptr[0] == 0
   const int32_t* page_ids = nullptr;     // [page_indptr[n_seq]]
+  // Page lists per sequence: 1 (every kv head reads the sequence's pages),
+  // or n_kv_head (sparse attention's selections, kernels/cpu/page_select.h):
+  // the span page_indptr[s] .. page_indptr[s+1] then holds n_kv_head lists
+  // of equal length, kv head g's at g * span / n_kv_head into it.
+  int64_t lists = 1;
 };
+
+// The pages kv head g of sequence s reads (in key order).
+inline const int32_t* seq_pages(const AttentionBatch& b, int64_t s, int64_t g) {
+  const int64_t span = static_cast<int64_t>(b.page_indptr[s + 1]) - b.page_indptr[s];
+  return b.page_ids + b.page_indptr[s] + (b.lists > 1 ? g * (span / b.lists) : 0);
+}
 
 inline constexpr int64_t kMaxHeadDim = 256;
 // Keys folded into the online softmax at a time; each fold rescales the

@@ -320,7 +320,7 @@ STRATA_AVX512 void decode_units(const DecodeCtx& c, const DecodeUnit* units, int
     const int64_t n_g = hr.g1 - hr.g0;
     if (pn == 0) {
       pn = std::min<int64_t>(16, u.j1 - pj);
-      block_rows(kv, c.b->page_ids + c.b->page_indptr[u.s], pj, pn, hr.g0, pk, pv);
+      block_rows(kv, seq_pages(*c.b, u.s, hr.g0), pj, pn, hr.g0, pk, pv);
       p_span = n_g == kv.n_kv_head && pk[pn - 1] - pk[0] == (pn - 1) * row_bytes &&
                pv[pn - 1] - pv[0] == (pn - 1) * row_bytes;
     }
@@ -354,7 +354,7 @@ STRATA_AVX512 void decode_units(const DecodeCtx& c, const DecodeUnit* units, int
     const DecodeUnit& u = units[ui];
     const HeadRange& hr = c.ranges[u.hr];
     const int64_t n_rows = hr.h1 - hr.h0;
-    const int32_t* ids = c.b->page_ids + c.b->page_indptr[u.s];
+    const int32_t* ids = seq_pages(*c.b, u.s, hr.g0);
     const int64_t tok = c.b->q_indptr[u.s];
     for (int64_t r = 0; r < n_rows; ++r) {
       const float* qr = c.q + tok * c.q_stride + (hr.h0 + r) * hd;
@@ -417,7 +417,9 @@ bool paged_attention_decode(float* out, int64_t out_stride, const float* q, int6
   const int64_t group = n_head / kv.n_kv_head;
   std::vector<HeadRange> ranges;
   if (group <= kDecodeRows) {
-    const int64_t per = kDecodeRows / group;
+    // Several kv heads read whole token rows at once, unless each kv head
+    // has its own page list.
+    const int64_t per = b.lists > 1 ? 1 : kDecodeRows / group;
     for (int64_t g = 0; g < kv.n_kv_head; g += per) {
       const int64_t g1 = std::min(kv.n_kv_head, g + per);
       ranges.push_back({static_cast<int32_t>(g), static_cast<int32_t>(g1),

@@ -424,8 +424,8 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
     for (int64_t item = 0; item < n_items; ++item) {
       const int64_t sq = item / kv.n_kv_head, g = item % kv.n_kv_head;
       if (batch.q_indptr[sq + 1] == batch.q_indptr[sq]) continue;
-      decode_quant_avx512(out, out_stride, q, q_stride, kv, batch.page_ids + batch.page_indptr[sq],
-                          g, g * group, group, batch.q_indptr[sq], batch.kv_len[sq], scale);
+      decode_quant_avx512(out, out_stride, q, q_stride, kv, seq_pages(batch, sq, g), g, g * group,
+                          group, batch.q_indptr[sq], batch.kv_len[sq], scale);
     }
     return Status::kOk;
   }
@@ -446,13 +446,15 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
     for (; s1 < batch.n_seq; ++s1) {
       const int64_t len = batch.kv_len[s1];
       const int64_t n_pg = (len + kv.page_size - 1) / kv.page_size;
-      if (s1 > s0 && (src.size() + static_cast<size_t>(n_pg)) * page_pair_bytes > kDequantBytes) {
-        break;
-      }
-      for (int64_t i = 0; i < n_pg; ++i) {
-        page_ids.push_back(static_cast<int32_t>(src.size()));
-        src.push_back(batch.page_ids[batch.page_indptr[s1] + i]);
-        filled.push_back(std::min(kv.page_size, len - i * kv.page_size));
+      const size_t n_new_src = static_cast<size_t>(n_pg * batch.lists);
+      if (s1 > s0 && (src.size() + n_new_src) * page_pair_bytes > kDequantBytes) break;
+      for (int64_t l = 0; l < batch.lists; ++l) {  // each kv head's list (or the one)
+        const int32_t* ids = seq_pages(batch, s1, l);
+        for (int64_t i = 0; i < n_pg; ++i) {
+          page_ids.push_back(static_cast<int32_t>(src.size()));
+          src.push_back(ids[i]);
+          filled.push_back(std::min(kv.page_size, len - i * kv.page_size));
+        }
       }
       q_indptr.push_back(batch.q_indptr[s1 + 1] - batch.q_indptr[s0]);
       kv_len.push_back(batch.kv_len[s1]);
@@ -480,6 +482,7 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
     sub.kv_len = kv_len.data();
     sub.page_indptr = page_indptr.data();
     sub.page_ids = page_ids.data();
+    sub.lists = batch.lists;
     const int64_t row0 = batch.q_indptr[s0];
     if (Status st = paged_attention(out + row0 * out_stride, out_stride, q + row0 * q_stride,
                                     q_stride, n_head, f, sub, scale);
@@ -505,11 +508,11 @@ Status paged_attention_quant_ref(float* out, int64_t out_stride, const float* q,
   const int64_t group = n_head / kv.n_kv_head;
   std::vector<float> keys, values;  // [kv_len, hd] of one kv head, dequantized
   for (int64_t s = 0; s < batch.n_seq; ++s) {
-    const int32_t* ids = batch.page_ids + batch.page_indptr[s];
     const int64_t n_new = batch.q_indptr[s + 1] - batch.q_indptr[s];
     const int64_t len = batch.kv_len[s];
     if (n_new == 0) continue;
     for (int64_t g = 0; g < kv.n_kv_head; ++g) {
+      const int32_t* ids = seq_pages(batch, s, g);
       keys.resize(static_cast<size_t>(len * hd));
       values.resize(static_cast<size_t>(len * hd));
       for (int64_t j = 0; j < len; ++j) {

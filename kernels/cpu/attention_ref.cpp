@@ -33,13 +33,13 @@ Status paged_attention_ref(float* out, int64_t out_stride, const float* q, int64
     return static_cast<double>(stored_value(kv.dtype, page + e * elem_bytes(kv.dtype), 0));
   };
   for (int64_t s = 0; s < batch.n_seq; ++s) {
-    const int32_t* ids = batch.page_ids + batch.page_indptr[s];
     const int64_t n_new = batch.q_indptr[s + 1] - batch.q_indptr[s];
     for (int64_t i = 0; i < n_new; ++i) {
       const int64_t tok = batch.q_indptr[s] + i;
       const int64_t p = batch.kv_len[s] - n_new + i;
       for (int64_t h = 0; h < n_head; ++h) {
         const int64_t g = h / group;
+        const int32_t* ids = seq_pages(batch, s, g);
         const float* qr = q + tok * q_stride + h * hd;
         attend_row_ref(
             out + tok * out_stride + h * hd, qr, hd, p, scale,

@@ -300,8 +300,8 @@ void CpuBackend::attention(float* out, int64_t out_stride, const float* q, int64
                            kv.page_size,
                            kv.n_kv_head,
                            kv.head_dim};
-  const cpu::AttentionBatch batch{seqs.n_seq, seqs.q_indptr, seqs.kv_len, seqs.page_indptr,
-                                  seqs.page_ids};
+  const cpu::AttentionBatch batch{seqs.n_seq,       seqs.q_indptr, seqs.kv_len,
+                                  seqs.page_indptr, seqs.page_ids, seqs.lists};
   check(cpu::paged_attention(out, out_stride, q, q_stride, n_head, pages, batch, scale),
         "attention", "seqs={} heads={}/{} head_dim={} pages={} {}", seqs.n_seq, n_head,
         kv.n_kv_head, kv.head_dim, kv.n_pages, dtype_name(kv.dtype));

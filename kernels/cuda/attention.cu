@@ -61,7 +61,9 @@ struct SeqInfo {
 };
 
 // Reads and checks sequence s (every thread of a block gets the same answer).
-__device__ SeqInfo seq_info(const AttentionSeqs& seqs, int64_t s, int64_t page_size) {
+// g: the kv head whose page list is wanted (seqs.lists > 1: one per kv head).
+__device__ SeqInfo seq_info(const AttentionSeqs& seqs, int64_t s, int64_t page_size,
+                            int64_t g = 0) {
   const int64_t q_begin = seqs.q_indptr[s];
   const int64_t q_end = seqs.q_indptr[s + 1];
   const int64_t q_total = seqs.q_indptr[seqs.n_seq];
@@ -70,13 +72,15 @@ __device__ SeqInfo seq_info(const AttentionSeqs& seqs, int64_t s, int64_t page_s
   const int64_t p_total = seqs.page_indptr[seqs.n_seq];
   const int64_t len = seqs.kv_len[s];
   SeqInfo r;
+  const int64_t lists = seqs.lists;
+  const int64_t n_pg = lists >= 1 ? (p_end - p_begin) / lists : 0;
   r.ok = seqs.q_indptr[0] == 0 && seqs.page_indptr[0] == 0 && q_begin >= 0 && q_begin <= q_end &&
-         q_end <= q_total && p_begin >= 0 && p_begin <= p_end && p_end <= p_total &&
-         len >= q_end - q_begin && (p_end - p_begin) * page_size >= len;
+         q_end <= q_total && p_begin >= 0 && p_begin <= p_end && p_end <= p_total && lists >= 1 &&
+         (p_end - p_begin) % lists == 0 && len >= q_end - q_begin && n_pg * page_size >= len;
   r.q0 = q_begin;
   r.n_new = q_end - q_begin;
   r.len = len;
-  r.ids = seqs.page_ids + p_begin;
+  r.ids = seqs.page_ids + p_begin + (lists > 1 ? g * n_pg : 0);
   return r;
 }
 
@@ -250,7 +254,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const int warp = threadIdx.x >> 5;
   const int64_t group = n_head / kv.n_kv_head;
 
-  const SeqInfo si = seq_info(seqs, s, kv.page_size);
+  const SeqInfo si = seq_info(seqs, s, kv.page_size, g);
   if (!si.ok) {
     if (threadIdx.x == 0 && g == 0 && z == 0) {
       raise_error(err, DeviceErrorCode::kSequence, s, si.len, 0);
@@ -397,6 +401,7 @@ Status attention(float* out, int64_t out_stride, const float* q, int64_t q_strid
   }
   if (kv.page_size < 1 || kv.n_kv_head < 1 || kv.head_dim < 1 || kv.n_pages < 0 || n_head < 1 ||
       n_head % kv.n_kv_head != 0 || seqs.n_seq < 0 ||
+      (seqs.lists != 1 && seqs.lists != kv.n_kv_head) ||
       (kv.n_pages > 0 && (kv.k_pages == nullptr || kv.v_pages == nullptr))) {
     return Status::kInvalidArgument;
   }
