@@ -222,8 +222,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const auto pages_of = [](double tokens) {
     return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(tokens / kKvPageTokens)));
   };
-  const int64_t kv_run = std::min(kv_disk_extent_pages(kv_page, pages_of(ctx_end)),
-                                  pages_of(ctx_attend));
+  const int64_t kv_run =
+      std::min(kv_disk_extent_pages(kv_page, pages_of(ctx_end)), pages_of(ctx_attend));
   const double d2c_kv =
       hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page) * kv_run));
 

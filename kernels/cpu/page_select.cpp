@@ -91,7 +91,7 @@ Score rank(Score v) {
 
 template <typename Score>
 Status select_fast(const float* q, int64_t q_stride, int64_t n_head, const PageSelect& sel,
-              const AttentionBatch& b, const int32_t* sel_indptr, int32_t* sel_ids) {
+                   const AttentionBatch& b, const int32_t* sel_indptr, int32_t* sel_ids) {
   if (Status st = check(q, q_stride, n_head, sel, b, sel_indptr, sel_ids); st != Status::kOk) {
     return st;
   }
@@ -164,7 +164,8 @@ Status select_pages_ref(const float* q, int64_t q_stride, int64_t n_head, const 
           }
         }
         const bool forced = i == n - 1 || (sel.keep_first && i == 0);
-        ranked.emplace_back(forced || std::isnan(v) ? std::numeric_limits<double>::infinity() : v, i);
+        ranked.emplace_back(forced || std::isnan(v) ? std::numeric_limits<double>::infinity() : v,
+                            i);
       }
       std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& c) {
         return a.first > c.first || (a.first == c.first && a.second < c.second);
@@ -172,7 +173,8 @@ Status select_pages_ref(const float* q, int64_t q_stride, int64_t n_head, const 
       std::vector<int64_t> kept;
       for (int64_t i = 0; i < m; ++i) kept.push_back(ranked[static_cast<size_t>(i)].second);
       std::sort(kept.begin(), kept.end());
-      for (int64_t i = 0; i < m; ++i) sel_ids[sel_indptr[s] + g * m + i] = ids[kept[static_cast<size_t>(i)]];
+      for (int64_t i = 0; i < m; ++i)
+        sel_ids[sel_indptr[s] + g * m + i] = ids[kept[static_cast<size_t>(i)]];
     }
   }
   return Status::kOk;

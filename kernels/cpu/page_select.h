@@ -36,11 +36,11 @@ void sparse_layout(const int32_t* kv_len, int64_t n_seq, int64_t page_size, int6
 struct PageSelect {
   const float* k_min = nullptr;  // [n_pages, n_kv_head, head_dim] f32 (the pool's)
   const float* k_max = nullptr;
-  int64_t n_pages = 0;           // page ids are in [0, n_pages)
+  int64_t n_pages = 0;  // page ids are in [0, n_pages)
   int64_t n_kv_head = 0;
   int64_t head_dim = 0;
   int64_t page_size = 16;
-  int64_t budget_pages = 0;      // >= 1 (>= 2 with keep_first)
+  int64_t budget_pages = 0;  // >= 1 (>= 2 with keep_first)
   bool keep_first = false;
 };
 

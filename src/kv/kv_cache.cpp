@@ -138,8 +138,8 @@ std::span<const int32_t> KvCache::completed(int32_t seq) const {
 int32_t KvCache::take_disk_slot(Seq& s) {
   if (s.extents.empty() || s.extent_used == extent_) {
     STRATA_ASSERT_MSG(!free_extents_.empty(),
-                      "KV disk file of {} pages per layer (extents of {}) is full",
-                      slot_capacity_, extent_);
+                      "KV disk file of {} pages per layer (extents of {}) is full", slot_capacity_,
+                      extent_);
     s.extents.push_back(free_extents_.back());
     free_extents_.pop_back();
     s.extent_used = 0;
@@ -181,7 +181,8 @@ int64_t KvCache::extend(int32_t seq, int64_t n_new, int32_t step) {
   for (int64_t p = old_len / ps; (p + 1) * ps <= new_len; ++p) {
     if (kv_page_home(placement_, p) != Tier::kDisk) continue;
     const int32_t id = s.pages[static_cast<size_t>(p)];
-    if (slot_of_[static_cast<size_t>(id)] < 0) slot_of_[static_cast<size_t>(id)] = take_disk_slot(s);
+    if (slot_of_[static_cast<size_t>(id)] < 0)
+      slot_of_[static_cast<size_t>(id)] = take_disk_slot(s);
     s.completed.push_back(id);
   }
   s.length = new_len;

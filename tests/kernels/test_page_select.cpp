@@ -147,7 +147,8 @@ TEST(PageSelect, ASequenceWithinTheBudgetKeepsItsTable) {
                          c.batch(), indptr.data(), got.data()),
             Status::kOk);
   for (int64_t s = 0; s < 4; ++s) {
-    const int64_t n = c.page_indptr[static_cast<size_t>(s) + 1] - c.page_indptr[static_cast<size_t>(s)];
+    const int64_t n =
+        c.page_indptr[static_cast<size_t>(s) + 1] - c.page_indptr[static_cast<size_t>(s)];
     for (int64_t g = 0; g < c.n_kv_head; ++g) {
       for (int64_t i = 0; i < n; ++i) {
         EXPECT_EQ(got[static_cast<size_t>(indptr[static_cast<size_t>(s)] + g * n + i)],
@@ -174,17 +175,16 @@ TEST(PageSelect, ScoresByTheGroupsUpperBound) {
   // max(k_max.x, k_min.x) over x of head 0 + max(-k_max.y, -k_min.y).
   c.q = {1, 0, 0, -1};
   // page:       0 (last)   1         2          3          4 (first)
-  c.k_min = {0, 0,     -1, -3,    2, 0,      0, -1,     5, 5};
-  c.k_max = {0, 0,      1, -2,    3, 1,      1, 0,      6, 6};
+  c.k_min = {0, 0, -1, -3, 2, 0, 0, -1, 5, 5};
+  c.k_max = {0, 0, 1, -2, 3, 1, 1, 0, 6, 6};
   // bounds: page 1: 1 + 3 = 4; page 2: 3 + 0 = 3; page 3: 1 + 1 = 2; page 4: 6 - 5 = 1.
   std::vector<int32_t> indptr, kv_sel, got(3);
   sparse_layout(c.kv_len.data(), 1, 1, 1, 3, &indptr, &kv_sel);
-  ASSERT_EQ(select_pages(c.q.data(), 4, 2, c.select(3, false), c.batch(), indptr.data(),
-                         got.data()),
-            Status::kOk);
+  ASSERT_EQ(
+      select_pages(c.q.data(), 4, 2, c.select(3, false), c.batch(), indptr.data(), got.data()),
+      Status::kOk);
   EXPECT_EQ(got, (std::vector<int32_t>{2, 1, 0}));  // positions 2, 3 and the last
-  ASSERT_EQ(select_pages(c.q.data(), 4, 2, c.select(3, true), c.batch(), indptr.data(),
-                         got.data()),
+  ASSERT_EQ(select_pages(c.q.data(), 4, 2, c.select(3, true), c.batch(), indptr.data(), got.data()),
             Status::kOk);
   EXPECT_EQ(got, (std::vector<int32_t>{4, 1, 0}));  // the first, the best other, the last
 }
@@ -196,19 +196,19 @@ TEST(PageSelect, RefusesWhatItCannotSelect) {
   sparse_layout(c.kv_len.data(), 2, c.page_size, c.n_kv_head, 2, &indptr, &kv_sel);
   std::vector<int32_t> got(static_cast<size_t>(indptr.back()));
   const int64_t stride = c.n_head * c.head_dim;
-  EXPECT_EQ(select_pages(c.q.data(), stride, c.n_head, c.select(0, false), c.batch(),
-                         indptr.data(), got.data()),
+  EXPECT_EQ(select_pages(c.q.data(), stride, c.n_head, c.select(0, false), c.batch(), indptr.data(),
+                         got.data()),
             Status::kInvalidArgument);
-  EXPECT_EQ(select_pages(c.q.data(), stride, c.n_head, c.select(1, true), c.batch(),
-                         indptr.data(), got.data()),
+  EXPECT_EQ(select_pages(c.q.data(), stride, c.n_head, c.select(1, true), c.batch(), indptr.data(),
+                         got.data()),
             Status::kInvalidArgument);
   // A layout for another budget.
-  EXPECT_EQ(select_pages(c.q.data(), stride, c.n_head, c.select(3, false), c.batch(),
-                         indptr.data(), got.data()),
+  EXPECT_EQ(select_pages(c.q.data(), stride, c.n_head, c.select(3, false), c.batch(), indptr.data(),
+                         got.data()),
             Status::kInvalidArgument);
   c.page_ids[0] = static_cast<int32_t>(c.n_pages);  // outside the pool
-  EXPECT_EQ(select_pages(c.q.data(), stride, c.n_head, c.select(2, false), c.batch(),
-                         indptr.data(), got.data()),
+  EXPECT_EQ(select_pages(c.q.data(), stride, c.n_head, c.select(2, false), c.batch(), indptr.data(),
+                         got.data()),
             Status::kInvalidArgument);
 }
 

@@ -125,7 +125,8 @@ TEST(KvCacheDisk, DecodePagesOfInterleavedSequencesStayContiguous) {
     KvCache kv(be, g, 100 * g.bytes_per_page(), on_disk);
     const std::vector<std::vector<int64_t>> lengths{{16 * 5 + 3, 16 * 9}, {16 * 7}};
     const KvNeeds n = kv.needs(lengths);
-    const int64_t most = on_disk == half ? 5 : 9;  // disk pages of the longest sequence (0, 2, .. 8)
+    const int64_t most =
+        on_disk == half ? 5 : 9;     // disk pages of the longest sequence (0, 2, .. 8)
     EXPECT_EQ(n.disk_extent, most);  // below the 1 MiB target for these tiny pages
     EXPECT_EQ(n.disk_pages % n.disk_extent, 0);
     kv.set_disk_slots(n.disk_pages, n.disk_extent);
