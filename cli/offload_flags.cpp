@@ -40,6 +40,11 @@ void OffloadFlags::add(CLI::App& sub, bool with_batch_flags, bool with_placement
                  "Attention on the CPU over a KV cache in RAM (and on disk), between the GPU's "
                  "projections (a GPU device, with KV_GPU 0; on the CPU device attention always "
                  "runs where the KV is)");
+    sub.add_option("--sparse-budget", sparse_budget,
+                   "Sparse decode attention (QUEST; lossy, opt-in): from layer 3 on, a sequence "
+                   "longer than TOKENS attends, per KV head, to the TOKENS/16 pages its query "
+                   "bounds highest (the first and last always); 0: dense (default, or the "
+                   "policy's sparse_attention_budget)");
     sub.add_option("--hardware", hardware,
                    "Hardware profile for --policy auto and the predicted throughput: a preset or "
                    "YAML (default: this machine, measured once and cached)");
@@ -80,6 +85,9 @@ PlanRequest OffloadFlags::request() const {
   r.gpu_batch_size = gpu_batch_size;
   r.num_gpu_batches = num_gpu_batches;
   r.cpu_attention = cpu_attention;
+  if (sparse_budget && *sparse_budget < 0)
+    fail("--sparse-budget {}: must not be negative (0: dense)", *sparse_budget);
+  r.sparse_budget = sparse_budget;
   r.policy = policy;
   r.hardware = hardware;
   r.plan_rank = plan_rank;

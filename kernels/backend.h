@@ -118,8 +118,9 @@ struct AttentionSeqs {
 // ggml's supports_op; offload/device_support.h turns it into the engine's
 // rules, and the policy search asks the same).
 enum class BackendFeature : uint8_t {
-  kInt8Matmul,   // compute dtype int8: integer products with quantized weights
-  kQuantizedKv,  // a KV cache stored in a q4/q8 format (attention dequantizes)
+  kInt8Matmul,       // compute dtype int8: integer products with quantized weights
+  kQuantizedKv,      // a KV cache stored in a q4/q8 format (attention dequantizes)
+  kSparseAttention,  // select_pages: query-aware page selection for decode
 };
 
 class Backend {
@@ -198,6 +199,15 @@ class Backend {
   virtual void attention(float* out, int64_t out_stride, const float* q, int64_t q_stride,
                          int64_t n_head, const KvLayer& kv, const AttentionSeqs& seqs,
                          float scale) = 0;
+
+  // Sparse decode attention's page selection (kernels/cpu/page_select.h:
+  // QUEST's bound from the pages' key min/max, one list per kv head) for
+  // sequences of one new token each: writes sel_ids [sel_indptr[n_seq]],
+  // whose layout (sel_indptr) cpu::sparse_layout gives; then attention with
+  // lists = n_kv_head over them. Backends without kSparseAttention throw.
+  virtual void select_pages(const float* q, int64_t q_stride, int64_t n_head, const KvLayer& kv,
+                            const AttentionSeqs& seqs, int64_t budget_pages, bool keep_first,
+                            const int32_t* sel_indptr, int32_t* sel_ids) = 0;
 
  protected:
   virtual void* allocate(size_t bytes) = 0;

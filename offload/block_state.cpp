@@ -84,8 +84,7 @@ bool BlockState::begin_step(int32_t step) {
                     : std::span<const int32_t>(&s.next, 1);
       const int64_t n_new = static_cast<int64_t>(toks.size());
       if (m.n_groups == 0 ||
-          m.groups[static_cast<size_t>(m.n_groups - 1)].host.n_tokens() + n_new >
-              kMaxGroupTokens) {
+          m.groups[static_cast<size_t>(m.n_groups - 1)].host.n_tokens() + n_new > kMaxGroupTokens) {
         if (static_cast<int64_t>(m.groups.size()) == m.n_groups) m.groups.emplace_back();
         Group& gr = m.groups[static_cast<size_t>(m.n_groups++)];
         gr.host.clear();
@@ -97,8 +96,35 @@ bool BlockState::begin_step(int32_t step) {
           toks, start, kv_.pages(s.kv), page_size_, all_rows_, pos_offset_);
       n_tokens += n_new;
     }
+    if (sparse_pages_ > 0) {
+      for (int64_t gi = 0; gi < m.n_groups; ++gi) {
+        m.groups[static_cast<size_t>(gi)].host.plan_sparse(sparse_pages_, sparse_keep_first_,
+                                                           kv_.geometry().n_kv_head, page_size_);
+      }
+    }
+    if (step > 0) count_attended(m);
   }
   return true;
+}
+
+void BlockState::count_attended(const MicroState& m) {
+  const KvGeometry& g = kv_.geometry();
+  const uint64_t page = 2 * g.page_bytes();  // K and V of one layer
+  const auto sparse_layers =
+      static_cast<uint64_t>(std::max<int64_t>(0, g.n_layer - kSparseFirstLayer));
+  for (int64_t gi = 0; gi < m.n_groups; ++gi) {
+    const MicroBatchHost& h = m.groups[static_cast<size_t>(gi)].host;
+    for (int64_t s = 0; s < h.n_seq(); ++s) {
+      const auto n = static_cast<uint64_t>(g.pages_for(h.kv_len[static_cast<size_t>(s)]));
+      kv_attended_ += n * page * static_cast<uint64_t>(g.n_layer);
+      if (h.sel_indptr.empty()) continue;
+      const auto kept = static_cast<uint64_t>(
+          (h.sel_indptr[static_cast<size_t>(s) + 1] - h.sel_indptr[static_cast<size_t>(s)]) /
+          g.n_kv_head);
+      kv_attended_ -= (n - kept) * page * sparse_layers;
+      kv_skipped_ += (n - kept) * page * sparse_layers;
+    }
+  }
 }
 
 bool BlockState::finishes_any(std::span<const SeqAction> actions) const {
@@ -123,8 +149,8 @@ void BlockState::end_step(std::span<const SeqAction> actions, int64_t n_vocab) {
     if (!done) {
       const int32_t tok = actions[r].next_token;
       if (tok < 0 || tok >= n_vocab) {
-        fail("step {}: the next token {} of sequence {} is outside the vocabulary of {} ids",
-             step_, tok, b, n_vocab);
+        fail("step {}: the next token {} of sequence {} is outside the vocabulary of {} ids", step_,
+             tok, b, n_vocab);
       }
       s.next = tok;
       continue;

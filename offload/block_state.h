@@ -48,6 +48,17 @@ class BlockState {
   BlockState(const BlockState&) = delete;
   BlockState& operator=(const BlockState&) = delete;
 
+  // Sparse decode attention: the groups of decode steps plan page
+  // selections of `budget_pages` pages (MicroBatchHost::plan_sparse); 0:
+  // dense.
+  void set_sparse(int64_t budget_pages, bool keep_first) {
+    sparse_pages_ = budget_pages;
+    sparse_keep_first_ = keep_first;
+  }
+  // Decode attention's KV bytes so far (K and V pages of every layer a
+  // decode step attended) and those sparse attention's selections skipped.
+  uint64_t kv_attended_bytes() const { return kv_attended_; }
+  uint64_t kv_skipped_bytes() const { return kv_skipped_; }
   // A new block of `seqs` (each with a KV sequence); `all_rows`: logits of
   // every prompt position (scoring one sequence).
   void start(std::span<const SeqInput> seqs, bool all_rows);
@@ -78,6 +89,8 @@ class BlockState {
   int32_t step() const { return step_; }
 
  private:
+  // Adds a decode step's attended and skipped KV bytes of micro-batch m.
+  void count_attended(const MicroState& m);
   struct SeqState {
     int32_t kv = -1;       // KV sequence, -1 once finished
     int32_t next = -1;     // token fed to the next decode step
@@ -88,6 +101,9 @@ class BlockState {
   int64_t gpu_batch_size_;
   int64_t page_size_;
   int64_t pos_offset_;
+  int64_t sparse_pages_ = 0;
+  bool sparse_keep_first_ = false;
+  uint64_t kv_attended_ = 0, kv_skipped_ = 0;
   std::span<const SeqInput> seqs_;
   bool all_rows_ = false;
   std::vector<SeqState> st_;

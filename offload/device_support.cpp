@@ -11,9 +11,9 @@ DeviceCaps device_caps(const std::string& device) {
   DeviceCaps c;
   c.name = device;
   if (parse_device_name(device) >= 0) {
-    // CudaBackend: device memory, neither int8 products nor quantized KV
-    // (its supports() says the same).
-    c.memory_is_host = c.int8_matmul = c.quantized_kv = false;
+    // CudaBackend: device memory, neither int8 products, quantized KV nor
+    // sparse attention (its supports() says the same).
+    c.memory_is_host = c.int8_matmul = c.quantized_kv = c.sparse_attention = false;
   }
   return c;
 }
@@ -24,6 +24,7 @@ DeviceCaps device_caps(const Backend& backend) {
   c.memory_is_host = backend.memory_is_host();
   c.int8_matmul = backend.supports(BackendFeature::kInt8Matmul);
   c.quantized_kv = backend.supports(BackendFeature::kQuantizedKv);
+  c.sparse_attention = backend.supports(BackendFeature::kSparseAttention);
   return c;
 }
 
@@ -37,9 +38,22 @@ void check_dtypes(const DeviceCaps& caps, DType compute, DType kv) {
     fail("compute dtype int8 runs on the CPU only; on {} use f32 or bf16", caps.name);
   }
   if (is_quantized(kv) && !caps.quantized_kv) {
-    fail("a KV cache stored as {} is read by the CPU kernels only; on {} keep it in f16 (no "
-         "--compress-kv)",
-         dtype_name(kv), caps.name);
+    fail(
+        "a KV cache stored as {} is read by the CPU kernels only; on {} keep it in f16 (no "
+        "--compress-kv)",
+        dtype_name(kv), caps.name);
+  }
+}
+
+void check_sparse(const DeviceCaps& caps, int64_t budget, int64_t page_size) {
+  if (budget == 0) return;
+  if (budget < page_size) {
+    fail("--sparse-budget {}: below one KV page of {} tokens; use {} or more (0: dense)", budget,
+         page_size, page_size);
+  }
+  if (!caps.sparse_attention) {
+    fail("--sparse-budget {}: sparse attention runs on the CPU only; on {} use 0 (dense)", budget,
+         caps.name);
   }
 }
 

@@ -26,6 +26,7 @@ struct DeviceCaps {
   bool memory_is_host = true;  // the device computes on host RAM
   bool int8_matmul = true;
   bool quantized_kv = true;
+  bool sparse_attention = true;
 };
 
 // By name ("cpu", "cuda", "cuda:N"), without opening the device (Error for
@@ -37,6 +38,9 @@ MemoryMode memory_mode(const DeviceCaps& caps, bool cpu_attention);
 
 // Error naming the setting for a compute or KV dtype the device does not run.
 void check_dtypes(const DeviceCaps& caps, DType compute, DType kv);
+// Error naming the flag for a sparse attention budget (tokens, 0: dense)
+// below one page or on a device that has no sparse attention.
+void check_sparse(const DeviceCaps& caps, int64_t budget, int64_t page_size);
 // Error naming the setting for a placement (as folded for the device) the
 // engine does not run there.
 void check_placement(const DeviceCaps& caps, const Placement& placement, bool cpu_attention);

@@ -38,9 +38,10 @@ EngineOptions validated_options(const EngineOptions& o) {
     fail("weight compression {} is not a q4/q8 format", dtype_name(*o.weight_dtype));
   }
   if (o.weight_dtype && o.offload_dir.empty()) {
-    fail("weight compression {} needs a directory for the requantized weight pack; pass "
-         "--offload-dir DIR",
-         dtype_name(*o.weight_dtype));
+    fail(
+        "weight compression {} needs a directory for the requantized weight pack; pass "
+        "--offload-dir DIR",
+        dtype_name(*o.weight_dtype));
   }
   if (o.gpu_batch_size < 1 || o.gpu_batch_size > kMaxBatchSize) {
     fail("batch size {} is not allowed; use 1 to {}", o.gpu_batch_size, kMaxBatchSize);
@@ -52,7 +53,11 @@ EngineOptions validated_options(const EngineOptions& o) {
     fail("KV page size {} is not allowed; use 1 to 4096 tokens", o.page_size);
   }
   if (o.threads < 0) fail("thread count {} is not allowed; use 0 (all cores) or more", o.threads);
+  if (o.sparse_budget < 0) {
+    fail("--sparse-budget {}: must not be negative (0: dense)", o.sparse_budget);
+  }
   check_dtypes(device_caps(o.device), o.compute_dtype, o.kv_dtype);
+  check_sparse(device_caps(o.device), o.sparse_budget, o.page_size);
   EngineOptions v = o;
   if (v.kv_budget_bytes == 0) v.kv_budget_bytes = default_kv_budget_bytes();
   return v;

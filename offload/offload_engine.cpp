@@ -118,10 +118,11 @@ class OffloadEngine final : public Engine {
   EngineStats stats_;
 };
 
-KvGeometry OffloadEngine::kv_geometry() const { return kv_geometry_of(config(), opt_); }
+KvGeometry OffloadEngine::kv_geometry() const {
+  return kv_geometry_of(config(), opt_);
+}
 
-OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
-                             ComputeDevice device)
+OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options, ComputeDevice device)
     : model_(model),
       opt_(options),
       dev_(std::move(device)),
@@ -167,8 +168,8 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
                                           "weights kept on the device (matrices, f32 vectors)");
   }
   res_disk_weights_ = tiers_->disk().reserve(wplace_.bytes(Tier::kDisk), "weights on disk");
-  wstage_ = std::make_unique<WeightStaging>(*weights_, pack_ ? &*pack_ : nullptr, mode_, backend_,
-                                            ram);
+  wstage_ =
+      std::make_unique<WeightStaging>(*weights_, pack_ ? &*pack_ : nullptr, mode_, backend_, ram);
   if (need_dir && (wplace_.any_on_disk() || kv_disk)) {
     DiskIoOptions dio;
     dio.fixed_buffers = wstage_->host_buffers();
@@ -176,28 +177,25 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
   }
   if (mode_ == MemoryMode::kCpuAttention) {
     attention_ = std::make_unique<CpuAttention>(fwd_, backend_, dev_.copies.get(), opt_.threads,
-                                                c.n_layer, opt_.num_gpu_batches,
-                                                opt_.trace.get());
+                                                c.n_layer, opt_.num_gpu_batches, opt_.trace.get());
   }
   // The KV cache's pool: in RAM of the CPU attention's backend, else where
   // the device computes.
   Backend& kv_backend = attention_ ? attention_->host_backend() : backend_;
-  kv_ = std::make_unique<KvCache>(kv_backend, geo, std::max(opt_.kv_budget_bytes, geo.bytes_per_page()),
-                                  placement_);
+  kv_ = std::make_unique<KvCache>(kv_backend, geo,
+                                  std::max(opt_.kv_budget_bytes, geo.bytes_per_page()), placement_);
   kv_stage_ = std::make_unique<KvStaging>(*kv_, mode_, backend_, ram, opt_.num_gpu_batches,
                                           attention_.get());
   exec_ = std::make_unique<Executor>(backend_, disk_io_.get(), opt_.trace, dev_.copies.get());
-  block_ = std::make_unique<BlockState>(*kv_, opt_.gpu_batch_size, opt_.num_gpu_batches,
-                                        pos_offset());
+  block_ =
+      std::make_unique<BlockState>(*kv_, opt_.gpu_batch_size, opt_.num_gpu_batches, pos_offset());
+  block_->set_sparse(opt_.sparse_budget / opt_.page_size, opt_.sparse_keep_first);
   if (attention_) attention_->attach(*kv_, *block_);
   // What the weights hold now: in place and vectors (host memory), or the
   // cpu share's copies (otherwise), and the staging buffers.
-  tiers_->set_fixed(mode_ == MemoryMode::kHostMemory
-                        ? res_weights_.bytes() + wstage_->host_bytes()
-                        : ram.used(),
-                    mode_ == MemoryMode::kHostMemory
-                        ? 0
-                        : weights_->device_bytes() + wstage_->device_bytes());
+  tiers_->set_fixed(
+      mode_ == MemoryMode::kHostMemory ? res_weights_.bytes() + wstage_->host_bytes() : ram.used(),
+      mode_ == MemoryMode::kHostMemory ? 0 : weights_->device_bytes() + wstage_->device_bytes());
 
   transfer_plan_.weights_off.assign(static_cast<size_t>(c.n_layer + 2), false);
   for (int64_t col = 0; col < c.n_layer + 2; ++col) {
@@ -220,8 +218,9 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options,
                                       mb(tiers_->disk().budget()))
                         : std::string());
   if (opt_.cpu_attention && host) {
-    spdlog::info("engine: --cpu-attention has no effect on the CPU device: attention runs where "
-                 "the KV is");
+    spdlog::info(
+        "engine: --cpu-attention has no effect on the CPU device: attention runs where "
+        "the KV is");
   }
 }
 
@@ -283,18 +282,21 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
   }
   fwd_.reserve(m.group_tokens);
   resize_exact(backend_, logits_, m.logits);
-  const uint64_t kv_stage = static_cast<uint64_t>(m.kv.stage_records) * kv_stage_->file().record_bytes();
+  const uint64_t kv_stage =
+      static_cast<uint64_t>(m.kv.stage_records) * kv_stage_->file().record_bytes();
   const uint64_t block = kv_pages + hidden + fwd_.workspace_bytes() + logits_.size();
   switch (mode_) {
     case MemoryMode::kHostMemory:
-      res_block_ = tiers_->ram().reserve(block, "the block's KV cache, activations and working memory");
+      res_block_ =
+          tiers_->ram().reserve(block, "the block's KV cache, activations and working memory");
       break;
     case MemoryMode::kCpuAttention:
       // The KV cache in RAM, activations on the device, and each
       // micro-batch's q/k/v and attention rows on both.
       attention_->prepare(m.hidden_tokens, tiers_->ram());
-      res_block_ = tiers_->gpu()->reserve(block - kv_pages + m.attention_rows,
-                                          "the block's activations, working memory and attention rows");
+      res_block_ =
+          tiers_->gpu()->reserve(block - kv_pages + m.attention_rows,
+                                 "the block's activations, working memory and attention rows");
       res_block_host_ = tiers_->ram().reserve(
           kv_pages + host_attn, "the block's KV cache and attention rows (CPU attention)");
       break;
@@ -518,10 +520,13 @@ std::vector<float> OffloadEngine::score(std::span<const int32_t> tokens) {
   in[0].prompt.assign(tokens.begin(), tokens.end());
   in[0].max_new_tokens = 1;
   std::vector<float> out;
-  run(in, [&](int, std::span<const int32_t>, const float* logits, std::span<SeqAction> a) {
-    out.assign(logits, logits + n * c.n_vocab);
-    a[0].finished = true;
-  }, true);
+  run(
+      in,
+      [&](int, std::span<const int32_t>, const float* logits, std::span<SeqAction> a) {
+        out.assign(logits, logits + n * c.n_vocab);
+        a[0].finished = true;
+      },
+      true);
   return out;
 }
 
@@ -529,6 +534,8 @@ EngineStats OffloadEngine::stats() const {
   EngineStats s = stats_;
   exec_->add_stats(s);
   if (attention_) attention_->add_stats(s);
+  s.kv_attended_bytes += block_->kv_attended_bytes();
+  s.kv_skipped_bytes += block_->kv_skipped_bytes();
   s.peak_bytes["cpu"] = tiers_->ram().peak();
   if (tiers_->gpu()) s.peak_bytes["gpu"] = tiers_->gpu()->peak();
   if (tiers_->disk().peak() > 0) s.peak_bytes["disk"] = tiers_->disk().peak();

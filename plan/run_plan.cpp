@@ -55,6 +55,7 @@ void apply_policy(const Policy& p, const RunShape& run, EngineOptions& eo) {
   eo.num_gpu_batches = p.num_gpu_batches;
   eo.placement = p.placement;
   eo.cpu_attention = p.cpu_attention;
+  eo.sparse_budget = p.sparse_attention_budget;
   if (!eo.weight_dtype) eo.weight_dtype = dtype_of(p.compress_weight, "compress_weight");
   if (!is_quantized(eo.kv_dtype)) {
     if (const auto t = dtype_of(p.compress_kv, "compress_kv")) eo.kv_dtype = *t;
@@ -77,15 +78,16 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
               const EngineOptions& eo, Policy p, RunPlan& plan) {
   const bool gpu = parse_device_name(r.device) >= 0;
   if (gpu && !plan.hardware) {
-    fail("--policy auto on {} needs --hardware FILE|PRESET, a profile of this GPU machine (the "
-         "profile `strata profile` measures and caches is the CPU device's)",
-         r.device);
+    fail(
+        "--policy auto on {} needs --hardware FILE|PRESET, a profile of this GPU machine (the "
+        "profile `strata profile` measures and caches is the CPU device's)",
+        r.device);
   }
   if (!plan.hardware) plan.hardware = this_machine_profile(r.offload_dir);
   const HardwareProfile& hw = *plan.hardware;
   if (gpu && hw.unified_memory()) {
-    fail("--hardware {}: {} describes a device computing on host RAM, not {}", r.hardware,
-         hw.name, r.device);
+    fail("--hardware {}: {} describes a device computing on host RAM, not {}", r.hardware, hw.name,
+         r.device);
   }
   if (!gpu && hw.unified_memory()) plan.compute = engine_compute_for(model, eo, r.offload_dir);
   const ModelShape shape = model_shape_of(model);
@@ -115,6 +117,7 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
   if (gpu && !r.cpu_attention) so.cpu_attention = false;
   so.compress_weight = p.compress_weight;
   so.compress_kv = p.compress_kv;
+  so.sparse_attention_budget = r.sparse_budget.value_or(0);
   if (r.placement) {
     for (size_t i = 0; i < kNumShares; ++i) so.fixed[i] = r.placement->share[i];
   }
@@ -193,11 +196,8 @@ RunPlan resolve_plan(const PlanRequest& r, const Model& model, const RunShape& r
     if (r.gpu_batch_size) p.gpu_batch_size = *r.gpu_batch_size;
     if (r.num_gpu_batches) p.num_gpu_batches = *r.num_gpu_batches;
     if (r.cpu_attention) p.cpu_attention = true;
+    if (r.sparse_budget) p.sparse_attention_budget = *r.sparse_budget;
     validate_policy(p, plan.source == "flags" ? "the placement flags" : plan.source);
-  }
-  if (p.sparse_attention_budget > 0) {
-    fail("{}: sparse_attention_budget {} is not supported by this engine; set it to 0",
-         plan.source, p.sparse_attention_budget);
   }
   plan.policy = p;
 
@@ -223,6 +223,7 @@ nlohmann::ordered_json RunPlan::report_policy(const EngineOptions& eo) const {
   j["kv_cache"] = tier_shares<nlohmann::ordered_json>(placed, DataKind::kKv);
   j["activations"] = tier_shares<nlohmann::ordered_json>(placed, DataKind::kAct);
   j["cpu_attention"] = eo.cpu_attention;
+  j["sparse_attention_budget"] = eo.sparse_budget;
   j["offload_dir"] = eo.offload_dir;
   if (hardware) j["hardware_profile"] = hardware->name;
   return j;

@@ -35,16 +35,17 @@ class Model;
 
 // What the user asked, as the flags say it.
 struct PlanRequest {
-  std::string device = "cpu";                  // --device
-  std::optional<Placement> placement;          // --percent
-  std::optional<int64_t> gpu_batch_size;       // --gpu-batch-size
-  std::optional<int64_t> num_gpu_batches;      // --num-gpu-batches
-  bool cpu_attention = false;                  // --cpu-attention
-  std::string policy;                          // "", "auto" or a policy YAML
-  std::string hardware;                        // a preset or a YAML; "": this machine
-  int64_t plan_rank = 1;                       // --plan-rank: the k-th fastest plan of auto
+  std::string device = "cpu";              // --device
+  std::optional<Placement> placement;      // --percent
+  std::optional<int64_t> gpu_batch_size;   // --gpu-batch-size
+  std::optional<int64_t> num_gpu_batches;  // --num-gpu-batches
+  bool cpu_attention = false;              // --cpu-attention
+  std::optional<int64_t> sparse_budget;    // --sparse-budget (tokens; 0: dense)
+  std::string policy;                      // "", "auto" or a policy YAML
+  std::string hardware;                    // a preset or a YAML; "": this machine
+  int64_t plan_rank = 1;                   // --plan-rank: the k-th fastest plan of auto
   uint64_t gpu_mem = 0, cpu_mem = 0, disk_mem = 0, kv_mem = 0;  // 0: the default
-  std::string offload_dir = "strata-offload";  // the disk tier
+  std::string offload_dir = "strata-offload";                   // the disk tier
 };
 
 // What a run plans for: prompt and generation lengths (the longest and the

@@ -14,7 +14,7 @@ namespace strata {
 
 namespace {
 
-constexpr double kActBytes = 2;  // activations and uncompressed KV are f16
+constexpr double kActBytes = 2;       // activations and uncompressed KV are f16
 constexpr double kKvPageTokens = 16;  // the engine's KV page
 
 // max(flops / rate, bytes / bandwidth); bandwidth 0 means no memory term.
@@ -190,20 +190,22 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double stage_short = w_layer > 0 ? t_layer * (stage_at_1 - stage_at_0) / w_layer : 0;
   const double stage_granule = stage_at_0 + stage_short;
   const double stage_per_share = stage_at_1 - stage_at_0;
-  const double kv_token = 2 * kv_dim * kv_bytes;      // K and V of one token in one layer
-  const double hid_token = h * a;                     // hidden state of one token
-  const double flops_layer = 2 * layer_elems;         // per token
-  const double flops_head = 2 * head_elems;           // per token
+  const double kv_token = 2 * kv_dim * kv_bytes;  // K and V of one token in one layer
+  const double hid_token = h * a;                 // hidden state of one token
+  const double flops_layer = 2 * layer_elems;     // per token
+  const double flops_head = 2 * head_elems;       // per token
 
   // Context: KV stored per sequence at the end, attended per decode step on
   // average (FlexGen's s + n/2), capped by the sparse budget.
   const double ctx_end = s + n;
-  double ctx_attend = s + n / 2;
-  double ctx_stage = ctx_end;  // KV of one sequence staged for attention
+  // The engine still stages and reads every page of a sequence (selection
+  // runs on pages already loaded), so a sparse budget caps the attention's
+  // work, not the KV read or staged.
+  const double ctx_read = s + n / 2;
+  double ctx_attend = ctx_read;
+  const double ctx_stage = ctx_end;  // KV of one sequence staged for attention
   if (pol.sparse_attention_budget > 0) {
-    const double budget = static_cast<double>(pol.sparse_attention_budget);
-    ctx_attend = std::min(ctx_attend, budget);
-    ctx_stage = std::min(ctx_stage, budget);
+    ctx_attend = std::min(ctx_attend, static_cast<double>(pol.sparse_attention_budget));
   }
 
   // Shares. "off" = not already on the compute device: streamed in and out.
@@ -223,7 +225,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(tokens / kKvPageTokens)));
   };
   const int64_t kv_run =
-      std::min(kv_disk_extent_pages(kv_page, pages_of(ctx_end)), pages_of(ctx_attend));
+      std::min(kv_disk_extent_pages(kv_page, pages_of(ctx_end)), pages_of(ctx_read));
   const double d2c_kv =
       hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page) * kv_run));
 
@@ -280,7 +282,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   {
     StepCost& st = m.decode_layer;
     const Affine d2c_s = (1 / d2c) * (w_layer * disk(W) + hid_token * B * disk(ACT)) +
-                         (kv_token * ctx_attend * B / d2c_kv) * disk(KV);
+                         (kv_token * ctx_read * B / d2c_kv) * disk(KV);
     const Affine c2d_s = (1 / c2d) * (kv_token * B * disk(KV) + hid_token * B * disk(ACT));
     const Affine gemm = affine_constant(gemm_decode);
     if (unified) {
@@ -292,7 +294,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       // With CPU attention only q goes down and the attention output comes
       // back; without it the KV held off the device is loaded every step.
       const Affine kv_in =
-          cpu_attention ? (a * q_dim * B) * off(KV) : (kv_token * ctx_attend * B) * off(KV);
+          cpu_attention ? (a * q_dim * B) * off(KV) : (kv_token * ctx_read * B) * off(KV);
       const Affine kv_out =
           (kv_token * B) * off(KV) + (cpu_attention ? (a * q_dim * B) * off(KV) : Affine());
       const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * B * off(ACT) + kv_in);

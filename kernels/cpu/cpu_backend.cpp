@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/norm.h"
+#include "kernels/cpu/page_select.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/rope.h"
 #include "quant/convert.h"
@@ -219,8 +220,8 @@ void CpuBackend::kv_append(const KvLayer& kv, const float* k, int64_t k_stride, 
       fail("cpu backend: kv_append failed: invalid argument (no key min/max arrays)");
     }
     check(cpu::kv_append_quant(kv.k_pages, kv.v_pages, kv.n_pages, kv.dtype, kv.page_size,
-                               kv.n_kv_head, kv.head_dim, k, k_stride, v, v_stride, slots,
-                               n_tokens, n_touched > 0 ? kv.k_min : nullptr,
+                               kv.n_kv_head, kv.head_dim, k, k_stride, v, v_stride, slots, n_tokens,
+                               n_touched > 0 ? kv.k_min : nullptr,
                                n_touched > 0 ? kv.k_max : nullptr),
           "kv_append", "tokens={} pages={} kv_heads={} head_dim={} {}", n_tokens, kv.n_pages,
           kv.n_kv_head, kv.head_dim, dtype_name(kv.dtype));
@@ -305,6 +306,26 @@ void CpuBackend::attention(float* out, int64_t out_stride, const float* q, int64
   check(cpu::paged_attention(out, out_stride, q, q_stride, n_head, pages, batch, scale),
         "attention", "seqs={} heads={}/{} head_dim={} pages={} {}", seqs.n_seq, n_head,
         kv.n_kv_head, kv.head_dim, kv.n_pages, dtype_name(kv.dtype));
+}
+
+void CpuBackend::select_pages(const float* q, int64_t q_stride, int64_t n_head, const KvLayer& kv,
+                              const AttentionSeqs& seqs, int64_t budget_pages, bool keep_first,
+                              const int32_t* sel_indptr, int32_t* sel_ids) {
+  cpu::ScopedOmpThreads t(threads_);
+  cpu::PageSelect sel;
+  sel.k_min = kv.k_min;
+  sel.k_max = kv.k_max;
+  sel.n_pages = kv.n_pages;
+  sel.n_kv_head = kv.n_kv_head;
+  sel.head_dim = kv.head_dim;
+  sel.page_size = kv.page_size;
+  sel.budget_pages = budget_pages;
+  sel.keep_first = keep_first;
+  const cpu::AttentionBatch batch{seqs.n_seq,       seqs.q_indptr, seqs.kv_len,
+                                  seqs.page_indptr, seqs.page_ids, seqs.lists};
+  check(cpu::select_pages(q, q_stride, n_head, sel, batch, sel_indptr, sel_ids), "select_pages",
+        "seqs={} heads={}/{} head_dim={} pages={} budget={} pages", seqs.n_seq, n_head,
+        kv.n_kv_head, kv.head_dim, kv.n_pages, budget_pages);
 }
 
 cpu::Activation cpu::activation_of(ActFn f) {

@@ -6,26 +6,53 @@
 #include <limits>
 #include <numeric>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 
 namespace strata::cpu {
 
-void sparse_layout(const int32_t* kv_len, int64_t n_seq, int64_t page_size, int64_t n_kv_head,
-                   int64_t budget_pages, std::vector<int32_t>* sel_indptr,
-                   std::vector<int32_t>* kv_len_sel) {
-  sel_indptr->assign(1, 0);
-  kv_len_sel->clear();
-  for (int64_t s = 0; s < n_seq; ++s) {
-    const int64_t len = kv_len[s];
-    const int64_t n = (len + page_size - 1) / page_size;
-    const int64_t m = std::min(n, budget_pages);
-    const int64_t last = len - (n - 1) * page_size;  // keys of the last page
-    sel_indptr->push_back(static_cast<int32_t>(sel_indptr->back() + n_kv_head * m));
-    kv_len_sel->push_back(static_cast<int32_t>(m == n ? len : (m - 1) * page_size + last));
+namespace {
+
+// The group's bound on one page: sum over its query heads h and elements d
+// of max(q_hd max_d, q_hd min_d), in f32 (element order; the AVX-512 path
+// adds 16 lanes at a time and then the lanes).
+float page_bound(const float* q, const float* mn, const float* mx, int64_t group, int64_t hd) {
+  float acc = 0;
+  for (int64_t h = 0; h < group; ++h) {
+    const float* qh = q + h * hd;
+    for (int64_t d = 0; d < hd; ++d) acc += std::max(qh[d] * mx[d], qh[d] * mn[d]);
   }
+  return acc;
 }
 
-namespace {
+#if defined(__x86_64__)
+// GCC 12's AVX-512 headers trip these on their own code (as in attention.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define STRATA_PAGE_SELECT_AVX512 __attribute__((target("avx512f,avx512dq")))
+STRATA_PAGE_SELECT_AVX512 float page_bound_avx512(const float* q, const float* mn, const float* mx,
+                                                  int64_t group, int64_t hd) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t h = 0; h < group; ++h) {
+    const float* qh = q + h * hd;
+    for (int64_t d = 0; d < hd; d += 16) {
+      const __mmask16 m = hd - d >= 16 ? static_cast<__mmask16>(0xffff)
+                                       : static_cast<__mmask16>((1u << (hd - d)) - 1);
+      const __m512 qv = _mm512_maskz_loadu_ps(m, qh + d);
+      const __m512 a = _mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, mx + d));
+      const __m512 b = _mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, mn + d));
+      acc = _mm512_add_ps(acc, _mm512_max_ps(a, b));
+    }
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+#pragma GCC diagnostic pop
+#endif
 
 Status check(const float* q, int64_t q_stride, int64_t n_head, const PageSelect& sel,
              const AttentionBatch& b, const int32_t* sel_indptr, const int32_t* sel_ids) {
@@ -89,7 +116,6 @@ Score rank(Score v) {
   return std::isnan(v) ? std::numeric_limits<Score>::infinity() : v;
 }
 
-template <typename Score>
 Status select_fast(const float* q, int64_t q_stride, int64_t n_head, const PageSelect& sel,
                    const AttentionBatch& b, const int32_t* sel_indptr, int32_t* sel_ids) {
   if (Status st = check(q, q_stride, n_head, sel, b, sel_indptr, sel_ids); st != Status::kOk) {
@@ -99,9 +125,13 @@ Status select_fast(const float* q, int64_t q_stride, int64_t n_head, const PageS
   const int64_t n_items = b.n_seq * sel.n_kv_head;
   int64_t work = 0;
   for (int64_t s = 0; s < b.n_seq; ++s) work += b.kv_len[s] / sel.page_size * n_head * hd;
+  float (*bound)(const float*, const float*, const float*, int64_t, int64_t) = page_bound;
+#if defined(__x86_64__)
+  if (cpu_features().avx512) bound = page_bound_avx512;
+#endif
 #pragma omp parallel num_threads(threads_for(work))
   {
-    std::vector<Score> score;
+    std::vector<float> score;
     std::vector<int64_t> order;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < n_items; ++item) {
@@ -111,20 +141,12 @@ Status select_fast(const float* q, int64_t q_stride, int64_t n_head, const PageS
       const int32_t* ids = b.page_ids + b.page_indptr[s];
       int32_t* out = sel_ids + sel_indptr[s] + g * m;
       if (m < n) {
-        score.assign(static_cast<size_t>(n), Score{0});
+        score.assign(static_cast<size_t>(n), 0.0f);
         const float* qs = q + s * q_stride + g * group * hd;
         for (int64_t i = 0; i < n - 1; ++i) {
           const float* mn = sel.k_min + ids[i] * row + g * hd;
           const float* mx = sel.k_max + ids[i] * row + g * hd;
-          Score acc = 0;
-          for (int64_t h = 0; h < group; ++h) {
-            const float* qh = qs + h * hd;
-            for (int64_t d = 0; d < hd; ++d) {
-              const Score qd = qh[d];
-              acc += std::max(qd * static_cast<Score>(mx[d]), qd * static_cast<Score>(mn[d]));
-            }
-          }
-          score[static_cast<size_t>(i)] = rank(acc);
+          score[static_cast<size_t>(i)] = rank(bound(qs, mn, mx, group, hd));
         }
       }
       keep_top(score, ids, n, m, sel.keep_first, out, order);
@@ -137,7 +159,7 @@ Status select_fast(const float* q, int64_t q_stride, int64_t n_head, const PageS
 
 Status select_pages(const float* q, int64_t q_stride, int64_t n_head, const PageSelect& sel,
                     const AttentionBatch& batch, const int32_t* sel_indptr, int32_t* sel_ids) {
-  return select_fast<float>(q, q_stride, n_head, sel, batch, sel_indptr, sel_ids);
+  return select_fast(q, q_stride, n_head, sel, batch, sel_indptr, sel_ids);
 }
 
 Status select_pages_ref(const float* q, int64_t q_stride, int64_t n_head, const PageSelect& sel,

@@ -19,6 +19,7 @@
 // (m_s - 1) * page_size + the keys of its last page (sparse_kv_len).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -28,10 +29,22 @@
 namespace strata::cpu {
 
 // The host side of the layout for a batch: sel_indptr [n_seq + 1] and the
-// selected keys of each sequence, kv_len_sel [n_seq].
-void sparse_layout(const int32_t* kv_len, int64_t n_seq, int64_t page_size, int64_t n_kv_head,
-                   int64_t budget_pages, std::vector<int32_t>* sel_indptr,
-                   std::vector<int32_t>* kv_len_sel);
+// selected keys of each sequence, kv_len_sel [n_seq] (inline: the forward's
+// micro-batch builds it without linking the CPU kernels).
+inline void sparse_layout(const int32_t* kv_len, int64_t n_seq, int64_t page_size,
+                          int64_t n_kv_head, int64_t budget_pages, std::vector<int32_t>* sel_indptr,
+                          std::vector<int32_t>* kv_len_sel) {
+  sel_indptr->assign(1, 0);
+  kv_len_sel->clear();
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const int64_t len = kv_len[s];
+    const int64_t n = (len + page_size - 1) / page_size;
+    const int64_t m = std::min(n, budget_pages);
+    const int64_t last = len - (n - 1) * page_size;  // keys of the last page
+    sel_indptr->push_back(static_cast<int32_t>(sel_indptr->back() + n_kv_head * m));
+    kv_len_sel->push_back(static_cast<int32_t>(m == n ? len : (m - 1) * page_size + last));
+  }
+}
 
 struct PageSelect {
   const float* k_min = nullptr;  // [n_pages, n_kv_head, head_dim] f32 (the pool's)

@@ -4,9 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <cerrno>
 #include <cstring>
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/kv_layout.h"
@@ -76,7 +76,7 @@ void SeparateMemoryBackend::open() {
   std::lock_guard lock(mu_);
   if (open_count_++ == 0 && high_ > 0) {
     STRATA_ASSERT_MSG(mprotect(base_, high_, PROT_READ | PROT_WRITE) == 0, "mprotect: {}",
-                 std::strerror(errno));
+                      std::strerror(errno));
   }
 }
 
@@ -113,7 +113,7 @@ void* SeparateMemoryBackend::allocate(size_t bytes) {
     if (new_high > high_ + n) free_[high_ + n] = new_high - high_ - n;
     if (open_count_ > 0) {
       STRATA_ASSERT_MSG(mprotect(base_ + high_, new_high - high_, PROT_READ | PROT_WRITE) == 0,
-                   "mprotect: {}", std::strerror(errno));
+                        "mprotect: {}", std::strerror(errno));
     }
     high_ = new_high;
   }
@@ -128,7 +128,8 @@ void SeparateMemoryBackend::deallocate(void* p, size_t) {
   std::lock_guard lock(mu_);
   const uint64_t off = static_cast<uint64_t>(static_cast<std::byte*>(p) - base_);
   auto it = live_.find(off);
-  STRATA_ASSERT_MSG(it != live_.end(), "separate-memory device: free of {} which is not allocated", p);
+  STRATA_ASSERT_MSG(it != live_.end(), "separate-memory device: free of {} which is not allocated",
+                    p);
   uint64_t start = off, len = it->second;
   live_bytes_ -= len;
   live_.erase(it);
@@ -164,8 +165,8 @@ void SeparateMemoryBackend::need(const void* p, size_t bytes, const char* op,
   std::lock_guard lock(mu_);
   auto it = live_.upper_bound(off);
   if (it == live_.begin() || (--it, off + bytes > it->first + it->second)) {
-    fail("separate-memory device: {}: {} ({}, {} bytes) is not inside one live allocation", op,
-         arg, p, bytes);
+    fail("separate-memory device: {}: {} ({}, {} bytes) is not inside one live allocation", op, arg,
+         p, bytes);
   }
 }
 
@@ -261,9 +262,9 @@ void SeparateMemoryBackend::rms_norm(float* y, int64_t y_stride, const float* x,
   cpu_.rms_norm(y, y_stride, x, x_stride, w, eps, n_rows, d);
 }
 
-void SeparateMemoryBackend::layer_norm(float* y, int64_t y_stride, const float* x,
-                                       int64_t x_stride, const float* w, const float* b, float eps,
-                                       int64_t n_rows, int64_t d) {
+void SeparateMemoryBackend::layer_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride,
+                                       const float* w, const float* b, float eps, int64_t n_rows,
+                                       int64_t d) {
   need_rows(y, y_stride, n_rows, d, "layer_norm", "y");
   need_rows(x, x_stride, n_rows, d, "layer_norm", "x");
   if (w != nullptr) need(w, static_cast<size_t>(d) * sizeof(float), "layer_norm", "w");
@@ -281,8 +282,8 @@ void SeparateMemoryBackend::rope(float* q, int64_t q_stride, int64_t n_head, flo
   need(pos, static_cast<size_t>(n_tokens) * sizeof(int32_t), "rope", "pos");
   need(inv_freq, static_cast<size_t>(rot_dim / 2) * sizeof(float), "rope", "inv_freq");
   Open o(*this);
-  cpu_.rope(q, q_stride, n_head, k, k_stride, n_kv_head, head_dim, pos, n_tokens, inv_freq,
-            rot_dim, pairs);
+  cpu_.rope(q, q_stride, n_head, k, k_stride, n_kv_head, head_dim, pos, n_tokens, inv_freq, rot_dim,
+            pairs);
 }
 
 void SeparateMemoryBackend::activation(ActFn f, float* y, int64_t y_stride, const float* x,
@@ -362,6 +363,12 @@ void SeparateMemoryBackend::attention(float* out, int64_t out_stride, const floa
   need_rows(q, q_stride, n_q, n_head * kv.head_dim, "attention", "q");
   need_kv(kv, seqs.page_ids, seqs.page_indptr[ns], "attention");
   cpu_.attention(out, out_stride, q, q_stride, n_head, kv, seqs, scale);
+}
+
+void SeparateMemoryBackend::select_pages(const float*, int64_t, int64_t, const KvLayer&,
+                                         const AttentionSeqs&, int64_t, bool, const int32_t*,
+                                         int32_t*) {
+  fail("{}: sparse attention (select_pages) is not built for this device", name());
 }
 
 }  // namespace strata

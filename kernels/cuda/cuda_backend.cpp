@@ -30,9 +30,10 @@ std::string describe_device(int device) {
 void check_device_index(int device) {
   const int n = cuda_device_count();
   if (n == 0) {
-    fail("cuda backend: CUDA device {} is not available: no CUDA device was found on this "
-         "machine (no GPU or no driver); run on the CPU (--device cpu)",
-         device);
+    fail(
+        "cuda backend: CUDA device {} is not available: no CUDA device was found on this "
+        "machine (no GPU or no driver); run on the CPU (--device cpu)",
+        device);
   }
   if (device < 0 || device >= n) {
     fail(
@@ -355,6 +356,11 @@ void CudaBackend::attention(float* out, int64_t out_stride, const float* q, int6
            "attention",
            fmt::format("seqs={} heads={}/{} head_dim={} pages={} {}", seqs.n_seq, n_head,
                        kv.n_kv_head, kv.head_dim, kv.n_pages, dtype_name(kv.dtype)));
+}
+
+void CudaBackend::select_pages(const float*, int64_t, int64_t, const KvLayer&, const AttentionSeqs&,
+                               int64_t, bool, const int32_t*, int32_t*) {
+  fail("{}: sparse attention (select_pages) is not built for CUDA yet", name());
 }
 
 }  // namespace strata

@@ -82,6 +82,9 @@ class CudaBackend final : public Backend {
                  const int32_t* n_filled, int64_t n_touched) override;
   void attention(float* out, int64_t out_stride, const float* q, int64_t q_stride, int64_t n_head,
                  const KvLayer& kv, const AttentionSeqs& seqs, float scale) override;
+  void select_pages(const float* q, int64_t q_stride, int64_t n_head, const KvLayer& kv,
+                    const AttentionSeqs& seqs, int64_t budget_pages, bool keep_first,
+                    const int32_t* sel_indptr, int32_t* sel_ids) override;
 
  protected:
   void* allocate(size_t bytes) override;

@@ -43,17 +43,20 @@ struct SeqInput {
 
 // Measured facts of the work an engine did, summed over blocks.
 struct EngineStats {
-  double prefill_s = 0;     // wall time of prefill steps
-  double decode_s = 0;      // wall time of decode steps
+  double prefill_s = 0;  // wall time of prefill steps
+  double decode_s = 0;   // wall time of decode steps
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;  // tokens sampled by the caller (one per active seq per step)
   struct Link {
     uint64_t bytes = 0;
     double busy_s = 0;
   };
-  std::map<std::string, Link> links;          // "disk->cpu", "cpu->gpu", ...
-  std::map<std::string, double> queue_busy_s; // "compute", "load", "store", ...
-  std::map<std::string, uint64_t> peak_bytes; // per tier: "gpu", "cpu", "disk"
+  std::map<std::string, Link> links;           // "disk->cpu", "cpu->gpu", ...
+  std::map<std::string, double> queue_busy_s;  // "compute", "load", "store", ...
+  std::map<std::string, uint64_t> peak_bytes;  // per tier: "gpu", "cpu", "disk"
+  // Decode attention: KV bytes (K and V pages, every layer) attended, and
+  // those sparse attention's page selection skipped (0 when dense).
+  uint64_t kv_attended_bytes = 0, kv_skipped_bytes = 0;
 };
 
 // The largest batch (sequences per micro-batch) an engine accepts.
@@ -84,6 +87,13 @@ struct EngineOptions {
   // and cpu are the same RAM.
   Placement placement;
   bool cpu_attention = false;  // decode attention over CPU-held KV on the CPU (a GPU device)
+  // Sparse decode attention (QUEST; lossy, opt-in): from layer
+  // kSparseFirstLayer on, a decode token of a sequence longer than this many
+  // tokens attends, per kv head, over the pages its query bounds highest,
+  // this many tokens' worth of pages (model/forward.h); 0: dense. At least
+  // one page.
+  int64_t sparse_budget = 0;
+  bool sparse_keep_first = true;  // the first page (the attention sink) always kept
   // Byte budgets of the tiers (--gpu-mem, --cpu-mem, --disk-mem); 0: the
   // default (cpu: the RAM available at start; disk: the free space in
   // offload_dir). On the CPU device the RAM budget is gpu_mem + cpu_mem.

@@ -1,6 +1,7 @@
 // Perplexity (perplexity.h).
 #include "generate/perplexity.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -17,8 +18,45 @@ double token_nll(std::span<const float> logits, int32_t target) {
   return (mx + std::log(sum)) - static_cast<double>(logits[target]);
 }
 
+namespace {
+
+// Decode mode: the chunks a block at a time, each one sequence whose prompt
+// is its first `from` tokens and whose next tokens are the chunk's own.
+void score_by_decode(Engine& engine, const std::vector<std::vector<int32_t>>& chunks, int64_t from,
+                     PerplexityResult& res) {
+  const int64_t n_vocab = engine.config().n_vocab;
+  for (size_t c0 = 0; c0 < chunks.size(); c0 += static_cast<size_t>(engine.block_size())) {
+    const size_t n = std::min(chunks.size() - c0, static_cast<size_t>(engine.block_size()));
+    std::vector<SeqInput> in(n);
+    std::vector<double> sums(n, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      const std::vector<int32_t>& ch = chunks[c0 + i];
+      in[i].prompt.assign(ch.begin(), ch.begin() + from);
+      in[i].max_new_tokens = static_cast<int32_t>(static_cast<int64_t>(ch.size()) - from);
+    }
+    engine.run_block(in, [&](int step, std::span<const int32_t> active, const float* logits,
+                             std::span<SeqAction> out) {
+      for (size_t a = 0; a < active.size(); ++a) {
+        const std::vector<int32_t>& ch = chunks[c0 + static_cast<size_t>(active[a])];
+        const size_t target = static_cast<size_t>(from + step);  // the token this row predicts
+        sums[static_cast<size_t>(active[a])] += token_nll(
+            {logits + a * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab)}, ch[target]);
+        out[a].next_token = ch[target];
+        out[a].finished = target + 1 == ch.size();
+      }
+    });
+    for (size_t i = 0; i < n; ++i) {
+      res.chunk_nll_sum.push_back(sums[i]);
+      res.nll_sum += sums[i];
+      res.n_scored += static_cast<int64_t>(chunks[c0 + i].size()) - from;
+    }
+  }
+}
+
+}  // namespace
+
 PerplexityResult perplexity(Engine& engine, std::span<const int32_t> ids, int64_t n_ctx,
-                            int32_t bos_id) {
+                            int32_t bos_id, int64_t decode_from) {
   if (n_ctx < 2) fail("--ctx {} is too small; use at least 2", n_ctx);
   if (n_ctx > engine.config().n_ctx) {
     fail("--ctx {} is longer than the model's context of {} tokens; use at most {}", n_ctx,
@@ -30,9 +68,22 @@ PerplexityResult perplexity(Engine& engine, std::span<const int32_t> ids, int64_
     fail("the text has {} tokens, less than one chunk of {}; use a longer text or a smaller --ctx",
          ids.size(), n_text);
   }
+  STRATA_ASSERT_MSG(decode_from >= 0 && decode_from < n_ctx, "decode_from {} outside [0, n_ctx {})",
+                    decode_from, n_ctx);
   const int64_t n_vocab = engine.config().n_vocab;
   PerplexityResult res;
   res.n_chunks = n_chunks;
+  if (decode_from > 0) {
+    std::vector<std::vector<int32_t>> chunks;
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      std::vector<int32_t>& ch = chunks.emplace_back();
+      if (bos_id >= 0) ch.push_back(bos_id);
+      ch.insert(ch.end(), ids.begin() + c * n_text, ids.begin() + (c + 1) * n_text);
+    }
+    score_by_decode(engine, chunks, decode_from, res);
+    res.ppl = std::exp(res.nll_sum / static_cast<double>(res.n_scored));
+    return res;
+  }
   std::vector<int32_t> chunk;
   for (int64_t c = 0; c < n_chunks; ++c) {
     chunk.clear();

@@ -9,6 +9,12 @@
 // With a BOS id (--bos), each chunk is BOS followed by n_ctx - 1 text tokens
 // and the prediction of the first text token from BOS is scored too (n_ctx
 // - 1 scored tokens per chunk, as without BOS).
+//
+// Decode mode (decode_from = N > 0): each chunk's first N tokens are a
+// prompt (one prefill) and the rest are fed one token at a time through the
+// decode path, as generation would (so decode-only features such as sparse
+// attention apply); the positions from N - 1 on are scored (n_ctx - N per
+// chunk), chunks a block of the engine at a time.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +35,7 @@ struct PerplexityResult {
 
 // Throws Error when `ids` hold less than one chunk or n_ctx < 2.
 PerplexityResult perplexity(Engine& engine, std::span<const int32_t> ids, int64_t n_ctx,
-                            int32_t bos_id = -1);
+                            int32_t bos_id = -1, int64_t decode_from = 0);
 
 // -log_softmax(logits)[target] in double.  logits: [n_vocab]
 double token_nll(std::span<const float> logits, int32_t target);

@@ -75,6 +75,8 @@ nlohmann::ordered_json RunReport::to_json() const {
     if (engine_s > 0) busy[queue] = s / engine_s;
   }
   j["queue_busy"] = busy;
+  j["kv_attended_bytes"] = engine.kv_attended_bytes;
+  j["kv_skipped_bytes"] = engine.kv_skipped_bytes;
   if (predicted) {
     nlohmann::ordered_json p;
     p["prefill_tokens_per_s"] = predicted->prefill_tokens_per_s;
@@ -156,6 +158,14 @@ void RunReport::print(std::FILE* out) const {
   for (const auto& [queue, s] : engine.queue_busy_s) {
     if (engine_s > 0) row("busy " + queue, fmt::format("{:.1f} %", 100.0 * s / engine_s));
   }
+  if (engine.kv_skipped_bytes > 0) {
+    const double all = static_cast<double>(engine.kv_attended_bytes + engine.kv_skipped_bytes);
+    row("sparse attention",
+        fmt::format("attended {} of {} KV bytes in decode ({:.1f} %); skipped {}",
+                    human_bytes(static_cast<double>(engine.kv_attended_bytes)), human_bytes(all),
+                    100.0 * static_cast<double>(engine.kv_attended_bytes) / all,
+                    human_bytes(static_cast<double>(engine.kv_skipped_bytes))));
+  }
   if (predicted) {
     row("predicted prefill", fmt::format("{:.1f} tok/s", predicted->prefill_tokens_per_s));
     row("predicted decode", fmt::format("{:.1f} tok/s", predicted->decode_tokens_per_s));
@@ -178,6 +188,8 @@ EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
   d.decode_s -= before.decode_s;
   d.prompt_tokens -= before.prompt_tokens;
   d.generated_tokens -= before.generated_tokens;
+  d.kv_attended_bytes -= std::min(d.kv_attended_bytes, before.kv_attended_bytes);
+  d.kv_skipped_bytes -= std::min(d.kv_skipped_bytes, before.kv_skipped_bytes);
   for (auto& [name, l] : d.links) {
     auto it = before.links.find(name);
     if (it == before.links.end()) continue;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/page_select.h"
 
 namespace strata {
 
@@ -20,6 +21,31 @@ void MicroBatchHost::clear() {
   touched.clear();
   n_filled.clear();
   out_rows.clear();
+  sel_indptr.clear();
+  sel_kv_len.clear();
+  sel_ids.clear();
+  sparse_budget_pages = 0;
+  sparse_keep_first = false;
+  sparse_lists = 1;
+}
+
+void MicroBatchHost::plan_sparse(int64_t budget_pages, bool keep_first, int64_t n_kv_head,
+                                 int64_t page_size) {
+  sel_indptr.clear();
+  sel_kv_len.clear();
+  sel_ids.clear();
+  bool longer = false;
+  for (int64_t s = 0; s < n_seq(); ++s) {
+    if (q_indptr[static_cast<size_t>(s) + 1] - q_indptr[static_cast<size_t>(s)] != 1) return;
+    longer |= (kv_len[static_cast<size_t>(s)] + page_size - 1) / page_size > budget_pages;
+  }
+  if (!longer || budget_pages < 1) return;
+  cpu::sparse_layout(kv_len.data(), n_seq(), page_size, n_kv_head, budget_pages, &sel_indptr,
+                     &sel_kv_len);
+  sel_ids.assign(static_cast<size_t>(sel_indptr.back()), -1);
+  sparse_budget_pages = budget_pages;
+  sparse_keep_first = keep_first && budget_pages >= 2;
+  sparse_lists = n_kv_head;
 }
 
 void MicroBatchHost::add_sequence(std::span<const int32_t> new_tokens, int64_t start,
@@ -84,12 +110,28 @@ MicroBatch upload_micro_batch(Backend& backend, const MicroBatchHost& h, DeviceB
       {data_of(h.touched), h.touched.size() * 4, reinterpret_cast<const void**>(&mb.touched)},
       {data_of(h.n_filled), h.n_filled.size() * 4, reinterpret_cast<const void**>(&mb.n_filled)},
       {data_of(h.out_rows), h.out_rows.size() * 4, reinterpret_cast<const void**>(&mb.out_rows)},
+      {data_of(h.sel_indptr), h.sel_indptr.size() * 4,
+       reinterpret_cast<const void**>(&mb.sparse.page_indptr)},
+      {data_of(h.sel_kv_len), h.sel_kv_len.size() * 4,
+       reinterpret_cast<const void**>(&mb.sparse.kv_len)},
+  };
+  const size_t sel_bytes = h.sel_ids.size() * 4;
+  auto finish_sparse = [&](int32_t* sel_ids) {
+    if (h.sel_indptr.empty()) return;
+    mb.sparse.n_seq = mb.seqs.n_seq;
+    mb.sparse.q_indptr = mb.seqs.q_indptr;
+    mb.sparse.page_ids = sel_ids;
+    mb.sparse.lists = h.sparse_lists;
+    mb.sel_ids = sel_ids;
+    mb.sparse_budget_pages = h.sparse_budget_pages;
+    mb.sparse_keep_first = h.sparse_keep_first;
   };
   if (backend.memory_is_host()) {
     for (const Item& it : items) *it.dst = it.src;
+    finish_sparse(h.sel_ids.data());
     return mb;
   }
-  size_t total = 0;
+  size_t total = (sel_bytes + 63) / 64 * 64;
   for (const Item& it : items) total += (it.bytes + 63) / 64 * 64;
   if (storage.size() < total) storage = backend.alloc(total * 2);
   size_t off = 0;
@@ -99,6 +141,7 @@ MicroBatch upload_micro_batch(Backend& backend, const MicroBatchHost& h, DeviceB
     *it.dst = it.bytes > 0 ? dst : nullptr;
     off += (it.bytes + 63) / 64 * 64;
   }
+  finish_sparse(reinterpret_cast<int32_t*>(storage.as<char>() + off));  // written by the op
   return mb;
 }
 
@@ -212,13 +255,20 @@ void Forward::embed(const GlobalWeights& w, const MicroBatch& mb, float* hidden)
 
 void Forward::layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const MicroBatch& mb,
                     float* hidden) {
-  (void)j;
   reserve(mb.n_tokens);
   const int64_t n = mb.n_tokens;
   layer_qkv(w, mb, hidden, qkv_);
   be_.kv_append(kv, qkv_ + q_dim_, qkv_dim_, qkv_ + q_dim_ + kv_dim_, qkv_dim_, mb.slots, n,
                 mb.touched, mb.n_filled, mb.n_touched);
-  be_.attention(attn_, q_dim_, qkv_, qkv_dim_, c_.n_head, kv, mb.seqs, attn_scale_);
+  if (mb.sparse.n_seq > 0 && j >= kSparseFirstLayer) {
+    // Sparse decode: each kv head attends over the pages its query bounds
+    // highest (the min/max are current: kv_append updated them).
+    be_.select_pages(qkv_, qkv_dim_, c_.n_head, kv, mb.seqs, mb.sparse_budget_pages,
+                     mb.sparse_keep_first, mb.sparse.page_indptr, mb.sel_ids);
+    be_.attention(attn_, q_dim_, qkv_, qkv_dim_, c_.n_head, kv, mb.sparse, attn_scale_);
+  } else {
+    be_.attention(attn_, q_dim_, qkv_, qkv_dim_, c_.n_head, kv, mb.seqs, attn_scale_);
+  }
   layer_out(w, mb, attn_, hidden);
 }
 

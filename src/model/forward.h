@@ -45,6 +45,14 @@ struct MicroBatchHost {
   std::vector<int32_t> touched;         // [n_touched] pages written by this step's tokens
   std::vector<int32_t> n_filled;        // [n_touched] tokens in each touched page after the step
   std::vector<int32_t> out_rows;        // [n_out] token rows whose logits the head computes
+  // Sparse decode attention (plan_sparse): the layout of each sequence's
+  // page selections (kernels/cpu/page_select.h), empty when every layer runs
+  // dense; sel_ids receives the selections (the op writes it).
+  std::vector<int32_t> sel_indptr, sel_kv_len;
+  mutable std::vector<int32_t> sel_ids;
+  int64_t sparse_budget_pages = 0;
+  bool sparse_keep_first = false;
+  int64_t sparse_lists = 1;  // n_kv_head when planned
 
   int64_t n_seq() const { return static_cast<int64_t>(kv_len.size()); }
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
@@ -56,7 +64,17 @@ struct MicroBatchHost {
   // positions.
   void add_sequence(std::span<const int32_t> tokens, int64_t start, std::span<const int32_t> pages,
                     int64_t page_size, bool all_rows, int64_t pos_offset);
+  // After the sequences are added: layers from kSparseFirstLayer on select
+  // `budget_pages` pages per sequence and kv head (keeping the first page
+  // too when keep_first and the budget has room) when every sequence has one
+  // new token and one of them has more pages than the budget; otherwise
+  // every layer stays dense.
+  void plan_sparse(int64_t budget_pages, bool keep_first, int64_t n_kv_head, int64_t page_size);
 };
+
+// Sparse attention leaves the first layers dense, as QUEST does (their
+// attention is spread too evenly for a page bound to pick).
+inline constexpr int64_t kSparseFirstLayer = 2;
 
 // The same arrays on the device.
 struct MicroBatch {
@@ -71,6 +89,13 @@ struct MicroBatch {
   const int32_t* touched = nullptr;
   const int32_t* n_filled = nullptr;
   const int32_t* out_rows = nullptr;
+  // Sparse decode attention: n_seq 0 when every layer is dense; else the
+  // selections' batch (lists = n_kv_head, page ids in sel_ids, written by
+  // Backend::select_pages from the layer's query).
+  AttentionSeqs sparse;
+  int32_t* sel_ids = nullptr;
+  int64_t sparse_budget_pages = 0;
+  bool sparse_keep_first = false;
 };
 
 // Points a MicroBatch at the host arrays when the backend computes on host

@@ -12,9 +12,9 @@
 #include "core/error.h"
 #include "generate/chat_template.h"
 #include "generate/driver.h"
+#include "generate/generate_test_util.h"
 #include "generate/perplexity.h"
 #include "generate/report.h"
-#include "generate/generate_test_util.h"
 
 namespace strata {
 namespace {
@@ -506,7 +506,8 @@ TEST(Report, SaysSoWhenTheMeasuredTotalMissesThePredictionByMoreThanAQuarter) {
     EXPECT_DOUBLE_EQ(*r.prediction_error(), error);
     EXPECT_DOUBLE_EQ(r.to_json()["predicted"]["total_error"].get<double>(), error);
     const std::string table = printed(r);
-    EXPECT_EQ(table.find("  prediction ") != std::string::npos, warns) << predicted << "\n" << table;
+    EXPECT_EQ(table.find("  prediction ") != std::string::npos, warns) << predicted << "\n"
+                                                                       << table;
     if (warns) {
       EXPECT_NE(table.find(error > 0 ? "above" : "below"), std::string::npos) << table;
       EXPECT_NE(table.find("(this-machine)"), std::string::npos) << table;
@@ -553,6 +554,34 @@ TEST(Perplexity, ChunksAndScoresByTheGoldenProcedure) {
   EXPECT_THROW(perplexity(e, std::vector<int32_t>(10, 1), 32), Error);
   EXPECT_THROW(perplexity(e, ids, 128), Error);  // longer than the context
   EXPECT_THROW(perplexity(e, ids, 1), Error);
+}
+
+// Decode mode: the first N tokens of each chunk a prompt, the rest fed one
+// at a time; positions from N - 1 on scored, chunks a block at a time.
+TEST(Perplexity, DecodeModeScoresTheFedPositions) {
+  FakeEngine e(vocab(), 2, 64);
+  std::vector<int32_t> ids(100);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % vocab());
+  const int64_t from = 10;
+  const PerplexityResult r = perplexity(e, ids, 32, -1, from);
+  EXPECT_EQ(r.n_chunks, 3);
+  EXPECT_EQ(r.n_scored, 3 * (32 - from));
+  std::vector<float> row(vocab());
+  double sum = 0;
+  for (int c = 0; c < 3; ++c) {
+    double chunk = 0;
+    for (int t = static_cast<int>(from) - 1; t < 31; ++t) {
+      const std::vector<int32_t> prefix(ids.begin() + c * 32, ids.begin() + c * 32 + t + 1);
+      e.logits_for(prefix, row.data());
+      double mx = -1e300, z = 0;
+      for (float l : row) mx = std::max(mx, static_cast<double>(l));
+      for (float l : row) z += std::exp(static_cast<double>(l) - mx);
+      chunk += mx + std::log(z) - row[ids[c * 32 + t + 1]];
+    }
+    EXPECT_NEAR(r.chunk_nll_sum[c], chunk, 1e-9 * std::abs(chunk)) << "chunk " << c;
+    sum += chunk;
+  }
+  EXPECT_NEAR(r.ppl, std::exp(sum / static_cast<double>(3 * (32 - from))), 1e-9 * r.ppl);
 }
 
 TEST(Perplexity, TokenNll) {
