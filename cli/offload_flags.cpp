@@ -45,6 +45,9 @@ void OffloadFlags::add(CLI::App& sub, bool with_batch_flags, bool with_placement
                    "longer than TOKENS attends, per KV head, to the TOKENS/16 pages its query "
                    "bounds highest (the first and last always); 0: dense (default, or the "
                    "policy's sparse_attention_budget)");
+    sub.add_flag("--sparse-score-first", sparse_score_first,
+                 "With --sparse-budget: the first page (the attention sink) competes on its bound "
+                 "like the others instead of being kept always");
     sub.add_option("--hardware", hardware,
                    "Hardware profile for --policy auto and the predicted throughput: a preset or "
                    "YAML (default: this machine, measured once and cached)");
@@ -106,7 +109,9 @@ RunPlan OffloadFlags::apply(EngineOptions& eo, const Model& model, const RunShap
     trace = std::make_shared<Trace>();
     eo.trace = trace;
   }
-  return resolve_plan(r, model, run, eo);
+  RunPlan plan = resolve_plan(r, model, run, eo);
+  eo.sparse_keep_first = !sparse_score_first;
+  return plan;
 }
 
 void OffloadFlags::finish() const {

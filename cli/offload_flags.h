@@ -39,6 +39,7 @@ struct OffloadFlags {
   std::string policy, hardware, gpu_mem, cpu_mem, disk_mem, kv_mem, trace_path;
   int64_t plan_rank = 1;
   std::optional<int64_t> sparse_budget;
+  bool sparse_score_first = false;
   std::string offload_dir = "strata-offload";
 
   // The compute dtype for --compute-dtype `requested` on this --device:

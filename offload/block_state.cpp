@@ -57,6 +57,21 @@ std::vector<int32_t> BlockState::kv_sequences(int64_t k) const {
   return out;
 }
 
+std::vector<uint8_t> BlockState::sparse_members(int64_t k) const {
+  const MicroState& m = mbs_[static_cast<size_t>(k)];
+  std::vector<uint8_t> out;
+  out.reserve(m.members.size());
+  for (int64_t gi = 0; gi < m.n_groups; ++gi) {
+    const MicroBatchHost& h = m.groups[static_cast<size_t>(gi)].host;
+    for (int64_t s = 0; s < h.n_seq(); ++s) {
+      out.push_back(!h.sel_indptr.empty() &&
+                    kv_.geometry().pages_for(h.kv_len[static_cast<size_t>(s)]) > sparse_pages_);
+    }
+  }
+  STRATA_ASSERT(out.size() == m.members.size());
+  return out;
+}
+
 int64_t BlockState::n_rows() const {
   return all_rows_ ? static_cast<int64_t>(seqs_[0].prompt.size())
                    : static_cast<int64_t>(active_.size());

@@ -81,6 +81,10 @@ class BlockState {
   const MicroState& micro_batch(int64_t k) const { return mbs_[static_cast<size_t>(k)]; }
   // The KV sequences of micro-batch k's live members, in member order.
   std::vector<int32_t> kv_sequences(int64_t k) const;
+  // For the same members: 1 where this step's attention reads only the
+  // pages it selects from kSparseFirstLayer on (its group selects pages and
+  // it has more pages than the budget).
+  std::vector<uint8_t> sparse_members(int64_t k) const;
   // Block indices of the sequences whose logits this step produces, in row order.
   const std::vector<int32_t>& active() const { return active_; }
   // Logits rows of this step.

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "core/error.h"
 #include "kv/kv_cache.h"
 #include "offload/cpu_attention.h"
@@ -20,7 +23,11 @@ KvStaging::KvStaging(KvCache& kv, MemoryMode mode, Backend& device, TierPool& ra
       attention_(attention),
       file_(kv.geometry()),
       plans_(static_cast<size_t>(n_micro_batches)),
-      last_store_(static_cast<size_t>(kv.geometry().n_layer * n_micro_batches), 0) {}
+      last_store_(static_cast<size_t>(kv.geometry().n_layer * n_micro_batches), 0),
+      selected_(static_cast<size_t>(kv.geometry().n_layer)) {
+  listeners_.reserve(static_cast<size_t>(n_micro_batches));
+  for (int64_t k = 0; k < n_micro_batches; ++k) listeners_.emplace_back(this, k);
+}
 
 KvStaging::~KvStaging() = default;
 
@@ -64,17 +71,24 @@ void KvStaging::wait_attention(int64_t layer, int64_t k) const {
   if (attention_ != nullptr) attention_->wait(layer, k);
 }
 
-void KvStaging::plan(int64_t k, std::span<const int32_t> kv_sequences, int32_t step) {
+void KvStaging::plan(int64_t k, std::span<const int32_t> kv_sequences,
+                     std::span<const uint8_t> sparse, int32_t step) {
+  STRATA_ASSERT(sparse.size() == kv_sequences.size());
   Plan& p = plans_[static_cast<size_t>(k)];
   p.pages.clear();
   p.fresh.clear();
+  p.selective.clear();
+  p.record_of.clear();
   p.completed_backed.clear();
   const PagePool& pool = kv_.pool();
-  for (const int32_t seq : kv_sequences) {
+  for (size_t i = 0; i < kv_sequences.size(); ++i) {
+    const int32_t seq = kv_sequences[i];
     for (int32_t page : kv_.pages(seq)) {
       if (pool.backed(page)) continue;
+      if (sparse[i]) p.record_of.emplace(page, static_cast<int32_t>(p.pages.size()));
       p.pages.push_back(page);
       p.fresh.push_back(kv_.fresh(page, step) ? 1 : 0);
+      p.selective.push_back(sparse[i]);
     }
     for (int32_t page : kv_.completed(seq)) {
       if (pool.backed(page)) p.completed_backed.push_back(page);
@@ -99,6 +113,25 @@ KvStaging::Slot& KvStaging::slot_for(int64_t layer, int64_t k, int32_t step, Exe
   return s;
 }
 
+bool KvStaging::prefetch(const Plan& p, size_t r, int64_t layer) const {
+  if (p.fresh[r]) return false;  // written by the layer's KV append
+  if (!p.selective[r] || layer < kSparseFirstLayer) return true;
+  const std::vector<uint8_t>& last = selected_[static_cast<size_t>(layer)];
+  const auto page = static_cast<size_t>(p.pages[r]);
+  return page < last.size() && last[page] != 0;
+}
+
+uint64_t KvStaging::read_records(Slot& slot, const Plan& p, size_t r, size_t e, int64_t layer,
+                                 int64_t k, int32_t step, Executor& exec) {
+  std::fill(slot.loaded.begin() + static_cast<ptrdiff_t>(r),
+            slot.loaded.begin() + static_cast<ptrdiff_t>(e), 1);
+  const int32_t first = kv_.disk_slot(p.pages[r]);
+  return exec.mover().copy(place(record(slot, r)),
+                           Place::disk(file_.file(), file_.record_offset(layer, first)),
+                           (e - r) * file_.record_bytes(), exec.loads(),
+                           {fmt::format("kv layer {} k={}", layer, k), "kv", step}, relay(slot, r));
+}
+
 void KvStaging::load(int64_t layer, int64_t k, int32_t step, Executor& exec) {
   const Plan& p = plans_[static_cast<size_t>(k)];
   if (p.pages.empty()) return;
@@ -107,30 +140,82 @@ void KvStaging::load(int64_t layer, int64_t k, int32_t step, Executor& exec) {
   const uint64_t written = last_store_[static_cast<size_t>(layer * n_mb_ + k)];
   if (written > 0) exec.stores().wait(written);
   Slot& slot = slot_for(layer, k, step, exec);
-  const uint64_t rec = file_.record_bytes();
+  slot.loaded.assign(p.fresh.begin(), p.fresh.end());
   // Runs of records whose disk slots are consecutive are one read each.
   size_t r = 0;
   while (r < p.pages.size()) {
-    if (p.fresh[r]) {
+    if (!prefetch(p, r, layer)) {
       ++r;
       continue;
     }
     const int32_t first = kv_.disk_slot(p.pages[r]);
     size_t e = r + 1;
-    while (e < p.pages.size() && !p.fresh[e] &&
+    while (e < p.pages.size() && prefetch(p, e, layer) &&
            kv_.disk_slot(p.pages[e]) == first + static_cast<int32_t>(e - r)) {
       ++e;
     }
-    slot.load = exec.mover().copy(place(record(slot, r)),
-                                  Place::disk(file_.file(), file_.record_offset(layer, first)),
-                                  (e - r) * rec, exec.loads(),
-                                  {fmt::format("kv layer {} k={}", layer, k), "kv", step},
-                                  relay(slot, r));
+    slot.load = read_records(slot, p, r, e, layer, k, step, exec);
     r = e;
   }
 }
 
+void KvStaging::fetch_selected(int64_t layer, int64_t k, const MicroBatch& mb) {
+  const Plan& p = plans_[static_cast<size_t>(k)];
+  if (p.record_of.empty() || layer < kSparseFirstLayer) return;
+  STRATA_ASSERT(exec_ != nullptr && mb.sel_ids != nullptr);
+  Executor& exec = *exec_;
+  Slot& slot = slot_for(layer, k, step_, exec);
+  STRATA_ASSERT(slot.loaded.size() == p.pages.size());
+  // The records this group's selections take (over all its kv heads).
+  std::vector<uint8_t> sel(p.pages.size(), 0);
+  const int32_t n_sel = mb.sparse.page_indptr[mb.sparse.n_seq];
+  for (int32_t i = 0; i < n_sel; ++i) {
+    const auto it = p.record_of.find(mb.sel_ids[i]);
+    if (it != p.record_of.end()) sel[static_cast<size_t>(it->second)] = 1;
+  }
+  // Its sequences' selections replace their last ones for the next step's
+  // prefetch; what the prefetch brought is counted.
+  std::vector<uint8_t>& last = selected_[static_cast<size_t>(layer)];
+  const int32_t n_pages = mb.seqs.page_indptr[mb.seqs.n_seq];
+  for (int32_t i = 0; i < n_pages; ++i) {
+    const int32_t page = mb.seqs.page_ids[i];
+    const auto it = p.record_of.find(page);
+    if (it == p.record_of.end()) continue;
+    const auto r = static_cast<size_t>(it->second);
+    if (static_cast<size_t>(page) >= last.size()) {
+      last.resize(std::max<size_t>(static_cast<size_t>(page) + 1, 2 * last.size()), 0);
+    }
+    last[static_cast<size_t>(page)] = sel[r];
+    if (slot.loaded[r]) ++(sel[r] ? sparse_reads_.hits : sparse_reads_.unused);
+  }
+  // The misses: read now, in runs of consecutive disk slots, and waited for.
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t last_read = 0;
+  size_t r = 0;
+  while (r < p.pages.size()) {
+    if (!sel[r] || slot.loaded[r]) {
+      ++r;
+      continue;
+    }
+    const int32_t first = kv_.disk_slot(p.pages[r]);
+    size_t e = r + 1;
+    while (e < p.pages.size() && sel[e] && !slot.loaded[e] &&
+           kv_.disk_slot(p.pages[e]) == first + static_cast<int32_t>(e - r)) {
+      ++e;
+    }
+    sparse_reads_.misses += e - r;
+    last_read = read_records(slot, p, r, e, layer, k, step_, exec);
+    r = e;
+  }
+  if (last_read == 0) return;
+  exec.loads().wait(last_read);
+  sparse_reads_.stall_s +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void KvStaging::stage(int64_t layer, int64_t k, int32_t step, Executor& exec) {
+  exec_ = &exec;
+  step_ = step;
   const Plan& p = plans_[static_cast<size_t>(k)];
   if (p.pages.empty()) return;
   Slot& slot = slot_for(layer, k, step, exec);

@@ -15,6 +15,13 @@
 // when the KV cache does (MemoryMode kHostMemory, kCpuAttention), else in
 // device memory with a host mirror of each buffer that relays the disk reads
 // and writes at the same offsets (pinned on a GPU).
+//
+// Sparse decode attention (model/forward.h): from kSparseFirstLayer on, a
+// sequence that attends only to the pages it selects has only those read.
+// The selection needs the layer's query, so the load ahead of the layer
+// prefetches the pages the sequence selected at this layer in the last step;
+// when the selection is made (the listener of its micro-batch), the selected
+// pages not prefetched are read at once and the compute waits for them.
 #pragma once
 
 #include <array>
@@ -22,10 +29,12 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/backend.h"
 #include "kv/kv_cache.h"
+#include "model/forward.h"
 #include "offload/kv_file.h"
 #include "offload/memory_mode.h"
 #include "offload/tier_pool.h"
@@ -56,8 +65,22 @@ class KvStaging {
   uint64_t prepare(const KvNeeds& needs, const std::string& dir);
 
   // Micro-batch k's plan for generation step `step`, from its live KV
-  // sequences (after their extend for the step).
-  void plan(int64_t k, std::span<const int32_t> kv_sequences, int32_t step);
+  // sequences (after their extend for the step); `sparse` [n sequences]: 1
+  // where the sequence's attention is sparse (BlockState::sparse_members).
+  void plan(int64_t k, std::span<const int32_t> kv_sequences, std::span<const uint8_t> sparse,
+            int32_t step);
+
+  // The listener micro-batch k's groups carry (MicroBatch::on_selected).
+  SelectionListener* listener(int64_t k) { return &listeners_[static_cast<size_t>(k)]; }
+
+  // Sparse attention's disk pages so far: selected pages found prefetched
+  // (hits) and read after the selection (misses), pages prefetched that no
+  // selection took, and the time compute waited for the misses.
+  struct SparseReads {
+    uint64_t hits = 0, misses = 0, unused = 0;
+    double stall_s = 0;
+  };
+  const SparseReads& sparse_reads() const { return sparse_reads_; }
 
   // Transfers of layer `layer` for micro-batch k in generation step `step`:
   // loads the records not fresh; points the pool's entries of the planned
@@ -80,14 +103,38 @@ class KvStaging {
     int64_t layer = -1, micro_batch = -1;
     int32_t step = -1;
     uint64_t load = 0, last_store = 0;
-    PoolBlock host;    // the records (host KV), or their relay
-    DeviceBuffer dev;  // the records in device memory (device KV)
+    PoolBlock host;               // the records (host KV), or their relay
+    DeviceBuffer dev;             // the records in device memory (device KV)
+    std::vector<uint8_t> loaded;  // [n_records] read or fresh (sparse layers read some)
   };
   struct Plan {
-    std::vector<int32_t> pages;  // [n_records] in record order
-    std::vector<uint8_t> fresh;  // [n_records]
+    std::vector<int32_t> pages;      // [n_records] in record order
+    std::vector<uint8_t> fresh;      // [n_records]
+    std::vector<uint8_t> selective;  // [n_records] of a sequence whose attention is sparse
+    std::unordered_map<int32_t, int32_t> record_of;  // page -> record, selective ones
     std::vector<int32_t> completed_backed;
   };
+  class Listener final : public SelectionListener {
+   public:
+    Listener(KvStaging* staging, int64_t k) : staging_(staging), k_(k) {}
+    void selected(int64_t layer, const MicroBatch& mb) override {
+      staging_->fetch_selected(layer, k_, mb);
+    }
+
+   private:
+    KvStaging* staging_;
+    int64_t k_;
+  };
+
+  // Reads the pages of micro-batch k's selections at `layer` not yet in
+  // its staging buffer, waits for them, and remembers the selections for
+  // the next step's prefetch.
+  void fetch_selected(int64_t layer, int64_t k, const MicroBatch& mb);
+  // Whether the load ahead of `layer` reads record r of plan p.
+  bool prefetch(const Plan& p, size_t r, int64_t layer) const;
+  // Reads the records [r, e) of plan p (consecutive disk slots) into `slot`.
+  uint64_t read_records(Slot& slot, const Plan& p, size_t r, size_t e, int64_t layer, int64_t k,
+                        int32_t step, Executor& exec);
 
   Slot& slot_for(int64_t layer, int64_t k, int32_t step, Executor& exec);
   std::byte* record(const Slot& s, size_t r) const;
@@ -103,10 +150,17 @@ class KvStaging {
   CpuAttention* attention_;
   KvFile file_;
   std::array<Slot, 2> slots_;
-  std::vector<Plan> plans_;           // [n_mb]
+  std::vector<Plan> plans_;  // [n_mb]
   // [n_layer * n_mb] the last store of each layer's KV of each micro-batch:
   // a load of those records waits for it (the queues are separate).
   std::vector<uint64_t> last_store_;
+  std::vector<Listener> listeners_;  // [n_mb]
+  // [n_layer][page id] selected at that layer in its last sparse step.
+  std::vector<std::vector<uint8_t>> selected_;
+  SparseReads sparse_reads_;
+  // Where the layer being computed stands (set by stage()).
+  Executor* exec_ = nullptr;
+  int32_t step_ = -1;
 };
 
 }  // namespace strata

@@ -82,7 +82,7 @@ class OffloadEngine final : public Engine {
   void store(const Transfer& t);
   void load(const Transfer& t);
   void compute(const ScheduleStep& s);
-  void compute_embed(BlockState::MicroState& m);
+  void compute_embed(const ScheduleStep& s, BlockState::MicroState& m);
   void compute_layer(const ScheduleStep& s, BlockState::MicroState& m);
   void compute_head(BlockState::MicroState& m);
   void end_step(const StepFn& on_step, bool all_rows);
@@ -404,7 +404,9 @@ bool OffloadEngine::begin_step(int32_t step) {
   kv_stage_->retire(*exec_);  // disk pages completed in the last step leave RAM
   block_->begin_step(step);
   for (int64_t k = 0; k < block_->n_micro_batches(); ++k) {
-    if (block_->micro_batch(k).live()) kv_stage_->plan(k, block_->kv_sequences(k), step);
+    if (block_->micro_batch(k).live()) {
+      kv_stage_->plan(k, block_->kv_sequences(k), block_->sparse_members(k), step);
+    }
   }
   return true;
 }
@@ -448,7 +450,7 @@ void OffloadEngine::compute(const ScheduleStep& s) {
     if (!m.live()) return;
     switch (s.kind) {
       case StageKind::kEmbed:
-        return compute_embed(m);
+        return compute_embed(s, m);
       case StageKind::kLayer:
         return compute_layer(s, m);
       case StageKind::kHead:
@@ -457,11 +459,12 @@ void OffloadEngine::compute(const ScheduleStep& s) {
   });
 }
 
-void OffloadEngine::compute_embed(BlockState::MicroState& m) {
+void OffloadEngine::compute_embed(const ScheduleStep& s, BlockState::MicroState& m) {
   const int64_t E = config().n_embd;
   for (int64_t gi = 0; gi < m.n_groups; ++gi) {
     BlockState::Group& gr = m.groups[static_cast<size_t>(gi)];
     gr.dev = upload_micro_batch(backend_, gr.host, gr.meta);
+    gr.dev.on_selected = kv_stage_->listener(s.micro_batch);  // sparse layers' disk reads
     fwd_.embed(step_global_, gr.dev, m.hidden.as<float>() + gr.token0 * E);
   }
 }
@@ -536,6 +539,11 @@ EngineStats OffloadEngine::stats() const {
   if (attention_) attention_->add_stats(s);
   s.kv_attended_bytes += block_->kv_attended_bytes();
   s.kv_skipped_bytes += block_->kv_skipped_bytes();
+  const KvStaging::SparseReads& sr = kv_stage_->sparse_reads();
+  s.sparse_hits += sr.hits;
+  s.sparse_misses += sr.misses;
+  s.sparse_unused += sr.unused;
+  s.sparse_stall_s += sr.stall_s;
   s.peak_bytes["cpu"] = tiers_->ram().peak();
   if (tiers_->gpu()) s.peak_bytes["gpu"] = tiers_->gpu()->peak();
   if (tiers_->disk().peak() > 0) s.peak_bytes["disk"] = tiers_->disk().peak();

@@ -198,14 +198,19 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // Context: KV stored per sequence at the end, attended per decode step on
   // average (FlexGen's s + n/2), capped by the sparse budget.
   const double ctx_end = s + n;
-  // The engine still stages and reads every page of a sequence (selection
-  // runs on pages already loaded), so a sparse budget caps the attention's
-  // work, not the KV read or staged.
   const double ctx_read = s + n / 2;
   double ctx_attend = ctx_read;
   const double ctx_stage = ctx_end;  // KV of one sequence staged for attention
+  // KV read from disk per decode layer, on average over the layers: a sparse
+  // layer reads only its selected pages (offload/kv_staging.h), in requests
+  // of a page or a few (ctx_disk_sparse), the first kSparseFirstLayer
+  // layers all of a sequence's (ctx_disk_dense).
+  double ctx_disk_dense = ctx_read, ctx_disk_sparse = 0;
   if (pol.sparse_attention_budget > 0) {
     ctx_attend = std::min(ctx_attend, static_cast<double>(pol.sparse_attention_budget));
+    const double dense_layers = std::min(L, static_cast<double>(kSparseFirstLayer));
+    ctx_disk_dense = ctx_read * dense_layers / L;
+    ctx_disk_sparse = ctx_attend * (L - dense_layers) / L;
   }
 
   // Shares. "off" = not already on the compute device: streamed in and out.
@@ -228,6 +233,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       std::min(kv_disk_extent_pages(kv_page, pages_of(ctx_end)), pages_of(ctx_read));
   const double d2c_kv =
       hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page) * kv_run));
+  const double d2c_kv_page = hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page)));
+  const double kv_disk_s = kv_token * (ctx_disk_dense / d2c_kv + ctx_disk_sparse / d2c_kv_page);
 
   // Compute, seconds (constants for a fixed batch): from the profile's
   // rates, or on a CPU device with the engine's measured times, the layer's
@@ -281,8 +288,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // ---- decode layer step ----
   {
     StepCost& st = m.decode_layer;
-    const Affine d2c_s = (1 / d2c) * (w_layer * disk(W) + hid_token * B * disk(ACT)) +
-                         (kv_token * ctx_read * B / d2c_kv) * disk(KV);
+    const Affine d2c_s =
+        (1 / d2c) * (w_layer * disk(W) + hid_token * B * disk(ACT)) + (kv_disk_s * B) * disk(KV);
     const Affine c2d_s = (1 / c2d) * (kv_token * B * disk(KV) + hid_token * B * disk(ACT));
     const Affine gemm = affine_constant(gemm_decode);
     if (unified) {

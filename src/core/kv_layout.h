@@ -36,4 +36,9 @@ uint64_t kv_disk_record_bytes(uint64_t page_bytes);
 inline constexpr uint64_t kKvDiskExtentBytes = uint64_t{1} << 20;
 int64_t kv_disk_extent_pages(uint64_t page_bytes, int64_t most_disk_pages);
 
+// Sparse decode attention (--sparse-budget) leaves the layers before this
+// one dense, as QUEST does (their attention is spread too evenly for a page
+// bound to pick); the forward, the KV staging and the cost model agree on it.
+inline constexpr int64_t kSparseFirstLayer = 2;
+
 }  // namespace strata

@@ -57,6 +57,12 @@ struct EngineStats {
   // Decode attention: KV bytes (K and V pages, every layer) attended, and
   // those sparse attention's page selection skipped (0 when dense).
   uint64_t kv_attended_bytes = 0, kv_skipped_bytes = 0;
+  // Sparse attention over KV on disk: selected pages (one layer's K and V)
+  // the previous step's selection had prefetched (hits) and those read
+  // after the selection (misses), prefetched pages no selection took, and
+  // the time compute waited for the misses.
+  uint64_t sparse_hits = 0, sparse_misses = 0, sparse_unused = 0;
+  double sparse_stall_s = 0;
 };
 
 // The largest batch (sequences per micro-batch) an engine accepts.

@@ -77,6 +77,10 @@ nlohmann::ordered_json RunReport::to_json() const {
   j["queue_busy"] = busy;
   j["kv_attended_bytes"] = engine.kv_attended_bytes;
   j["kv_skipped_bytes"] = engine.kv_skipped_bytes;
+  j["sparse_prefetch_hits"] = engine.sparse_hits;
+  j["sparse_misses"] = engine.sparse_misses;
+  j["sparse_prefetch_unused"] = engine.sparse_unused;
+  j["sparse_stall_s"] = engine.sparse_stall_s;
   if (predicted) {
     nlohmann::ordered_json p;
     p["prefill_tokens_per_s"] = predicted->prefill_tokens_per_s;
@@ -166,6 +170,13 @@ void RunReport::print(std::FILE* out) const {
                     100.0 * static_cast<double>(engine.kv_attended_bytes) / all,
                     human_bytes(static_cast<double>(engine.kv_skipped_bytes))));
   }
+  if (const uint64_t sel = engine.sparse_hits + engine.sparse_misses; sel > 0) {
+    row("sparse KV from disk",
+        fmt::format("{:.1f} % of selected pages prefetched ({} of {}), {} prefetched unused, "
+                    "{:.3f} s waiting for the misses",
+                    100.0 * static_cast<double>(engine.sparse_hits) / static_cast<double>(sel),
+                    engine.sparse_hits, sel, engine.sparse_unused, engine.sparse_stall_s));
+  }
   if (predicted) {
     row("predicted prefill", fmt::format("{:.1f} tok/s", predicted->prefill_tokens_per_s));
     row("predicted decode", fmt::format("{:.1f} tok/s", predicted->decode_tokens_per_s));
@@ -190,6 +201,10 @@ EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
   d.generated_tokens -= before.generated_tokens;
   d.kv_attended_bytes -= std::min(d.kv_attended_bytes, before.kv_attended_bytes);
   d.kv_skipped_bytes -= std::min(d.kv_skipped_bytes, before.kv_skipped_bytes);
+  d.sparse_hits -= std::min(d.sparse_hits, before.sparse_hits);
+  d.sparse_misses -= std::min(d.sparse_misses, before.sparse_misses);
+  d.sparse_unused -= std::min(d.sparse_unused, before.sparse_unused);
+  d.sparse_stall_s -= before.sparse_stall_s;
   for (auto& [name, l] : d.links) {
     auto it = before.links.find(name);
     if (it == before.links.end()) continue;

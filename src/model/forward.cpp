@@ -265,6 +265,7 @@ void Forward::layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const M
     // highest (the min/max are current: kv_append updated them).
     be_.select_pages(qkv_, qkv_dim_, c_.n_head, kv, mb.seqs, mb.sparse_budget_pages,
                      mb.sparse_keep_first, mb.sparse.page_indptr, mb.sel_ids);
+    if (mb.on_selected != nullptr) mb.on_selected->selected(j, mb);
     be_.attention(attn_, q_dim_, qkv_, qkv_dim_, c_.n_head, kv, mb.sparse, attn_scale_);
   } else {
     be_.attention(attn_, q_dim_, qkv_, qkv_dim_, c_.n_head, kv, mb.seqs, attn_scale_);

@@ -24,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "core/kv_layout.h"  // kSparseFirstLayer
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/layer_weights.h"
@@ -72,9 +73,19 @@ struct MicroBatchHost {
   void plan_sparse(int64_t budget_pages, bool keep_first, int64_t n_kv_head, int64_t page_size);
 };
 
-// Sparse attention leaves the first layers dense, as QUEST does (their
-// attention is spread too evenly for a page bound to pick).
-inline constexpr int64_t kSparseFirstLayer = 2;
+struct MicroBatch;
+
+// Told of a sparse layer's page selections between the selection and the
+// attention that reads them (the offload engine reads the selected pages
+// whose KV is on disk and not yet in memory). Selections are in host
+// memory: only a backend that computes on host memory selects pages.
+class SelectionListener {
+ public:
+  virtual void selected(int64_t layer, const MicroBatch& mb) = 0;
+
+ protected:
+  ~SelectionListener() = default;
+};
 
 // The same arrays on the device.
 struct MicroBatch {
@@ -96,6 +107,7 @@ struct MicroBatch {
   int32_t* sel_ids = nullptr;
   int64_t sparse_budget_pages = 0;
   bool sparse_keep_first = false;
+  SelectionListener* on_selected = nullptr;  // set by the caller after upload; may stay null
 };
 
 // Points a MicroBatch at the host arrays when the backend computes on host

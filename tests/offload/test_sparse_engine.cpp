@@ -4,7 +4,8 @@
 // the all-in-RAM sparse run; a sequence whose pages fit the budget gets the
 // dense run's logits bit for bit, even batched with longer ones; a longer
 // sequence's decode logits move (the selection is in effect) and the stats
-// count the KV bytes it skipped; budgets below a
+// count the KV bytes it skipped; with KV on disk only the selected pages are
+// read; budgets below a
 // page, on a device without sparse attention, and negative ones are refused
 // with the flag's name.
 #include <gtest/gtest.h>
@@ -100,6 +101,32 @@ TEST(SparseEngine, SequencesWithinTheBudgetGetTheDenseBitsAndLongerOnesMove) {
     EXPECT_GT(within, 20);
     EXPECT_GT(beyond, 3);
     EXPECT_EQ(moved, beyond) << "a sequence beyond the budget kept the dense logits";
+  }
+}
+
+// KV on disk: a sparse layer reads only the pages its sequences select
+// (prefetching the last step's selection, the rest read after the
+// selection), so the run reads fewer KV bytes from disk than the dense run,
+// with the same bits as the sparse run in RAM (the grid above).
+TEST(SparseEngine, KvOnDiskReadsOnlyTheSelectedPages) {
+  const Fixture f = load("llama");
+  TempDir dir("sparse-disk");
+  for (const auto& [g, k] : {std::pair<int64_t, int64_t>{1, 1}, {4, 2}}) {
+    const GenRun dense =
+        generate(*make_engine(*f.model, sparse_options(f, g, k, 0, true, dir.path, 0)), f.prompts);
+    const GenRun sparse =
+        generate(*make_engine(*f.model, sparse_options(f, g, k, 0, true, dir.path)), f.prompts);
+    const std::string what = std::to_string(g) + "x" + std::to_string(k);
+    ASSERT_TRUE(dense.stats.links.contains("disk->cpu")) << what;
+    ASSERT_TRUE(sparse.stats.links.contains("disk->cpu")) << what;
+    const uint64_t dense_read = dense.stats.links.at("disk->cpu").bytes;
+    const uint64_t sparse_read = sparse.stats.links.at("disk->cpu").bytes;
+    EXPECT_LT(sparse_read, dense_read) << what;
+    // Dense reads nothing selectively; sparse finds most selected pages
+    // prefetched by the last step's selection and reads the rest after.
+    EXPECT_EQ(dense.stats.sparse_hits + dense.stats.sparse_misses, 0u) << what;
+    EXPECT_GT(sparse.stats.sparse_misses, 0u) << what;  // the first sparse step has no history
+    EXPECT_GT(sparse.stats.sparse_hits, sparse.stats.sparse_misses) << what;
   }
 }
 

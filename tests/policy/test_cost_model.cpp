@@ -230,10 +230,17 @@ TEST(PolicyCostModel, SparseAttentionCapsTheAttendedContext) {
   const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
   const Placement x = t.pol.placement;
   EXPECT_REL(term(m.decode_layer, "attention (cpu)", x), 6 * 4 * 4.0 * 64 / 1e3 * 0.5);
-  // The engine reads and stages every page (it selects among loaded pages).
+  // Two layers: both below kSparseFirstLayer, so the disk reads every page.
   EXPECT_REL(term(m.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 10 * 6 * 0.25) / 100);
   // The KV cache itself is kept whole.
   EXPECT_REL(m.memory[0][1].kv_cache(x), kKt * 12 * 6 * 2 * 0.5);
+
+  // Four layers: the last two read only their 4 selected tokens' pages
+  // from disk, the first two all 10; on average 7 per layer.
+  t.shape.n_layer = 4;
+  const CostModel m4 = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  EXPECT_REL(term(m4.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 7 * 6 * 0.25) / 100);
+  EXPECT_REL(term(m4.decode_layer, "attention (cpu)", x), 6 * 4 * 4.0 * 64 / 1e3 * 0.5);
 }
 
 TEST(PolicyCostModel, DeviceMemoryRooflineBoundsSmallBatchDecode) {
