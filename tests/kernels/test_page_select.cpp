@@ -47,12 +47,13 @@ struct Case {
 // Values on a grid of 1/8 in [-2, 2]: every product and every sum of a
 // score is exact in f32, so the kernel and the reference score alike and
 // ties (to the earlier page) are frequent.
-Case random_case(std::mt19937& rng, int64_t group, int64_t head_dim, int64_t n_seq) {
+Case random_case(std::mt19937& rng, int64_t group, int64_t head_dim, int64_t n_seq,
+                 int max_len = 60) {
   Case c;
   c.n_kv_head = 2;
   c.n_head = c.n_kv_head * group;
   c.head_dim = head_dim;
-  std::uniform_int_distribution<int> grid(-16, 16), len(1, 60);
+  std::uniform_int_distribution<int> grid(-16, 16), len(1, max_len);
   auto v = [&] { return static_cast<float>(grid(rng)) / 8; };
   std::vector<int64_t> lens;
   for (int64_t s = 0; s < n_seq; ++s) lens.push_back(len(rng));
@@ -80,6 +81,29 @@ Case random_case(std::mt19937& rng, int64_t group, int64_t head_dim, int64_t n_s
   c.q.resize(static_cast<size_t>(n_seq * c.n_head * c.head_dim));
   for (float& x : c.q) x = v();
   return c;
+}
+
+// Long sequences (up to 2048 pages), SmolLM2's group of 3 query heads and
+// head_dim 64: the budgets a long context runs with pick the reference's
+// pages.
+TEST(PageSelect, LongSequencesMatchTheReference) {
+  std::mt19937 rng(23);
+  for (int trial = 0; trial < 4; ++trial) {
+    const Case c = random_case(rng, 3, 64, 2, 8192);
+    const AttentionBatch b = c.batch();
+    for (const int64_t budget : {32, 64, 256, 1024}) {
+      std::vector<int32_t> indptr, kv_sel;
+      sparse_layout(c.kv_len.data(), b.n_seq, c.page_size, c.n_kv_head, budget, &indptr, &kv_sel);
+      std::vector<int32_t> got(static_cast<size_t>(indptr.back()), -1), want = got;
+      const PageSelect sel = c.select(budget, true);
+      const int64_t stride = c.n_head * c.head_dim;
+      ASSERT_EQ(select_pages(c.q.data(), stride, c.n_head, sel, b, indptr.data(), got.data()),
+                Status::kOk);
+      ASSERT_EQ(select_pages_ref(c.q.data(), stride, c.n_head, sel, b, indptr.data(), want.data()),
+                Status::kOk);
+      EXPECT_EQ(got, want) << "trial " << trial << " budget " << budget;
+    }
+  }
 }
 
 TEST(PageSelect, MatchesTheBruteForceReference) {
