@@ -2,6 +2,7 @@
 #include "offload/block_state.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 #include "kv/kv_cache.h"
@@ -57,6 +58,20 @@ std::vector<int32_t> BlockState::kv_sequences(int64_t k) const {
   return out;
 }
 
+namespace {
+
+// Pages sequence s of a group has, and those a sparse layer attends (its
+// selection per kv head; all of them when the group stays dense).
+std::pair<int64_t, int64_t> pages_and_attended(const MicroBatchHost& h, int64_t s,
+                                               const KvGeometry& g) {
+  const auto i = static_cast<size_t>(s);
+  const int64_t n = g.pages_for(h.kv_len[i]);
+  if (h.sel_indptr.empty()) return {n, n};
+  return {n, (h.sel_indptr[i + 1] - h.sel_indptr[i]) / g.n_kv_head};
+}
+
+}  // namespace
+
 std::vector<uint8_t> BlockState::sparse_members(int64_t k) const {
   const MicroState& m = mbs_[static_cast<size_t>(k)];
   std::vector<uint8_t> out;
@@ -64,8 +79,8 @@ std::vector<uint8_t> BlockState::sparse_members(int64_t k) const {
   for (int64_t gi = 0; gi < m.n_groups; ++gi) {
     const MicroBatchHost& h = m.groups[static_cast<size_t>(gi)].host;
     for (int64_t s = 0; s < h.n_seq(); ++s) {
-      out.push_back(!h.sel_indptr.empty() &&
-                    kv_.geometry().pages_for(h.kv_len[static_cast<size_t>(s)]) > sparse_pages_);
+      const auto [n, kept] = pages_and_attended(h, s, kv_.geometry());
+      out.push_back(kept < n);
     }
   }
   STRATA_ASSERT(out.size() == m.members.size());
@@ -130,14 +145,10 @@ void BlockState::count_attended(const MicroState& m) {
   for (int64_t gi = 0; gi < m.n_groups; ++gi) {
     const MicroBatchHost& h = m.groups[static_cast<size_t>(gi)].host;
     for (int64_t s = 0; s < h.n_seq(); ++s) {
-      const auto n = static_cast<uint64_t>(g.pages_for(h.kv_len[static_cast<size_t>(s)]));
-      kv_attended_ += n * page * static_cast<uint64_t>(g.n_layer);
-      if (h.sel_indptr.empty()) continue;
-      const auto kept = static_cast<uint64_t>(
-          (h.sel_indptr[static_cast<size_t>(s) + 1] - h.sel_indptr[static_cast<size_t>(s)]) /
-          g.n_kv_head);
-      kv_attended_ -= (n - kept) * page * sparse_layers;
-      kv_skipped_ += (n - kept) * page * sparse_layers;
+      const auto [n, kept] = pages_and_attended(h, s, g);
+      const auto skipped = static_cast<uint64_t>(n - kept) * page * sparse_layers;
+      kv_attended_ += static_cast<uint64_t>(n) * page * static_cast<uint64_t>(g.n_layer) - skipped;
+      kv_skipped_ += skipped;
     }
   }
 }
