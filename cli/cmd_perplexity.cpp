@@ -66,8 +66,7 @@ int run(const Options& o) {
   EngineOptions eo;
   eo.compute_dtype = choose_compute_dtype(o.compute_dtype, false);
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
-  const int64_t n_chunks =
-      static_cast<int64_t>(ids.size()) / std::max<int64_t>(1, o.bos ? o.ctx - 1 : o.ctx);
+  const int64_t n_chunks = perplexity_chunks(ids.size(), o.ctx, o.bos);
   eo.gpu_batch_size = o.decode_from > 0 ? std::clamp<int64_t>(n_chunks, 1, 8) : 1;
   eo.threads = o.threads;
   eo.offload_dir = o.offload.offload_dir;

@@ -53,42 +53,11 @@ void score_by_decode(Engine& engine, const std::vector<std::vector<int32_t>>& ch
   }
 }
 
-}  // namespace
-
-PerplexityResult perplexity(Engine& engine, std::span<const int32_t> ids, int64_t n_ctx,
-                            int32_t bos_id, int64_t decode_from) {
-  if (n_ctx < 2) fail("--ctx {} is too small; use at least 2", n_ctx);
-  if (n_ctx > engine.config().n_ctx) {
-    fail("--ctx {} is longer than the model's context of {} tokens; use at most {}", n_ctx,
-         engine.config().n_ctx, engine.config().n_ctx);
-  }
-  const int64_t n_text = bos_id >= 0 ? n_ctx - 1 : n_ctx;  // text tokens per chunk
-  const int64_t n_chunks = static_cast<int64_t>(ids.size()) / n_text;
-  if (n_chunks == 0) {
-    fail("the text has {} tokens, less than one chunk of {}; use a longer text or a smaller --ctx",
-         ids.size(), n_text);
-  }
-  STRATA_ASSERT_MSG(decode_from >= 0 && decode_from < n_ctx, "decode_from {} outside [0, n_ctx {})",
-                    decode_from, n_ctx);
+// Prefill mode: each chunk scored alone, every position predicting the next.
+void score_by_prefill(Engine& engine, const std::vector<std::vector<int32_t>>& chunks,
+                      PerplexityResult& res) {
   const int64_t n_vocab = engine.config().n_vocab;
-  PerplexityResult res;
-  res.n_chunks = n_chunks;
-  if (decode_from > 0) {
-    std::vector<std::vector<int32_t>> chunks;
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      std::vector<int32_t>& ch = chunks.emplace_back();
-      if (bos_id >= 0) ch.push_back(bos_id);
-      ch.insert(ch.end(), ids.begin() + c * n_text, ids.begin() + (c + 1) * n_text);
-    }
-    score_by_decode(engine, chunks, decode_from, res);
-    res.ppl = std::exp(res.nll_sum / static_cast<double>(res.n_scored));
-    return res;
-  }
-  std::vector<int32_t> chunk;
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    chunk.clear();
-    if (bos_id >= 0) chunk.push_back(bos_id);
-    chunk.insert(chunk.end(), ids.begin() + c * n_text, ids.begin() + (c + 1) * n_text);
+  for (const std::vector<int32_t>& chunk : chunks) {
     const std::vector<float> logits = engine.score(chunk);  // [n_ctx, n_vocab]
     STRATA_ASSERT(logits.size() == chunk.size() * static_cast<size_t>(n_vocab));
     double sum = 0;
@@ -98,6 +67,42 @@ PerplexityResult perplexity(Engine& engine, std::span<const int32_t> ids, int64_
     res.chunk_nll_sum.push_back(sum);
     res.nll_sum += sum;
     res.n_scored += static_cast<int64_t>(chunk.size()) - 1;
+  }
+}
+
+}  // namespace
+
+int64_t perplexity_chunks(size_t n_ids, int64_t n_ctx, bool bos) {
+  return static_cast<int64_t>(n_ids) / std::max<int64_t>(1, bos ? n_ctx - 1 : n_ctx);
+}
+
+PerplexityResult perplexity(Engine& engine, std::span<const int32_t> ids, int64_t n_ctx,
+                            int32_t bos_id, int64_t decode_from) {
+  if (n_ctx < 2) fail("--ctx {} is too small; use at least 2", n_ctx);
+  if (n_ctx > engine.config().n_ctx) {
+    fail("--ctx {} is longer than the model's context of {} tokens; use at most {}", n_ctx,
+         engine.config().n_ctx, engine.config().n_ctx);
+  }
+  const int64_t n_text = bos_id >= 0 ? n_ctx - 1 : n_ctx;  // text tokens per chunk
+  const int64_t n_chunks = perplexity_chunks(ids.size(), n_ctx, bos_id >= 0);
+  if (n_chunks == 0) {
+    fail("the text has {} tokens, less than one chunk of {}; use a longer text or a smaller --ctx",
+         ids.size(), n_text);
+  }
+  STRATA_ASSERT_MSG(decode_from >= 0 && decode_from < n_ctx, "decode_from {} outside [0, n_ctx {})",
+                    decode_from, n_ctx);
+  std::vector<std::vector<int32_t>> chunks;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    std::vector<int32_t>& ch = chunks.emplace_back();
+    if (bos_id >= 0) ch.push_back(bos_id);
+    ch.insert(ch.end(), ids.begin() + c * n_text, ids.begin() + (c + 1) * n_text);
+  }
+  PerplexityResult res;
+  res.n_chunks = n_chunks;
+  if (decode_from > 0) {
+    score_by_decode(engine, chunks, decode_from, res);
+  } else {
+    score_by_prefill(engine, chunks, res);
   }
   res.ppl = std::exp(res.nll_sum / static_cast<double>(res.n_scored));
   return res;

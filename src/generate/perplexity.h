@@ -37,6 +37,10 @@ struct PerplexityResult {
 PerplexityResult perplexity(Engine& engine, std::span<const int32_t> ids, int64_t n_ctx,
                             int32_t bos_id = -1, int64_t decode_from = 0);
 
+// The chunks `n_ids` text tokens make: n_ids / (n_ctx - 1 with a BOS, else
+// n_ctx), the tail dropped.
+int64_t perplexity_chunks(size_t n_ids, int64_t n_ctx, bool bos);
+
 // -log_softmax(logits)[target] in double.  logits: [n_vocab]
 double token_nll(std::span<const float> logits, int32_t target);
 
