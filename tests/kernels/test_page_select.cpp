@@ -83,6 +83,26 @@ Case random_case(std::mt19937& rng, int64_t group, int64_t head_dim, int64_t n_s
   return c;
 }
 
+// The kernel's and the reference's selections of case c at a budget.
+struct Selections {
+  std::vector<int32_t> indptr, kv_sel, got, want;
+  Status got_status = Status::kOk, want_status = Status::kOk;
+};
+
+Selections select_both(const Case& c, int64_t budget, bool first) {
+  Selections r;
+  const AttentionBatch b = c.batch();
+  sparse_layout(c.kv_len.data(), b.n_seq, c.page_size, c.n_kv_head, budget, &r.indptr, &r.kv_sel);
+  r.got.assign(static_cast<size_t>(r.indptr.back()), -1);
+  r.want = r.got;
+  const PageSelect sel = c.select(budget, first);
+  const int64_t stride = c.n_head * c.head_dim;
+  r.got_status = select_pages(c.q.data(), stride, c.n_head, sel, b, r.indptr.data(), r.got.data());
+  r.want_status =
+      select_pages_ref(c.q.data(), stride, c.n_head, sel, b, r.indptr.data(), r.want.data());
+  return r;
+}
+
 // Long sequences (up to 2048 pages), SmolLM2's group of 3 query heads and
 // head_dim 64: the budgets a long context runs with pick the reference's
 // pages.
@@ -90,18 +110,11 @@ TEST(PageSelect, LongSequencesMatchTheReference) {
   std::mt19937 rng(23);
   for (int trial = 0; trial < 4; ++trial) {
     const Case c = random_case(rng, 3, 64, 2, 8192);
-    const AttentionBatch b = c.batch();
     for (const int64_t budget : {32, 64, 256, 1024}) {
-      std::vector<int32_t> indptr, kv_sel;
-      sparse_layout(c.kv_len.data(), b.n_seq, c.page_size, c.n_kv_head, budget, &indptr, &kv_sel);
-      std::vector<int32_t> got(static_cast<size_t>(indptr.back()), -1), want = got;
-      const PageSelect sel = c.select(budget, true);
-      const int64_t stride = c.n_head * c.head_dim;
-      ASSERT_EQ(select_pages(c.q.data(), stride, c.n_head, sel, b, indptr.data(), got.data()),
-                Status::kOk);
-      ASSERT_EQ(select_pages_ref(c.q.data(), stride, c.n_head, sel, b, indptr.data(), want.data()),
-                Status::kOk);
-      EXPECT_EQ(got, want) << "trial " << trial << " budget " << budget;
+      const Selections r = select_both(c, budget, true);
+      ASSERT_EQ(r.got_status, Status::kOk);
+      ASSERT_EQ(r.want_status, Status::kOk);
+      EXPECT_EQ(r.got, r.want) << "trial " << trial << " budget " << budget;
     }
   }
 }
@@ -116,16 +129,10 @@ TEST(PageSelect, MatchesTheBruteForceReference) {
     const AttentionBatch b = c.batch();
     for (const int64_t budget : {2, 3, 5, 9, 16}) {
       for (const bool first : {false, true}) {
-        std::vector<int32_t> indptr, kv_sel;
-        sparse_layout(c.kv_len.data(), b.n_seq, c.page_size, c.n_kv_head, budget, &indptr, &kv_sel);
-        std::vector<int32_t> got(static_cast<size_t>(indptr.back()), -1), want = got;
-        const PageSelect sel = c.select(budget, first);
-        const int64_t stride = c.n_head * c.head_dim;
-        ASSERT_EQ(select_pages(c.q.data(), stride, c.n_head, sel, b, indptr.data(), got.data()),
-                  Status::kOk);
-        ASSERT_EQ(
-            select_pages_ref(c.q.data(), stride, c.n_head, sel, b, indptr.data(), want.data()),
-            Status::kOk);
+        const auto [indptr, kv_sel, got, want, got_status, want_status] =
+            select_both(c, budget, first);
+        ASSERT_EQ(got_status, Status::kOk);
+        ASSERT_EQ(want_status, Status::kOk);
         ASSERT_EQ(got, want) << "trial " << trial << " budget " << budget << " first " << first;
         // The layout's invariants: the last page (and the first) kept, in
         // table order, the selected keys counted.
