@@ -33,7 +33,7 @@ namespace strata::cli {
 namespace {
 
 struct Options {
-  std::string model, prompts, output, report, compute_dtype;
+  std::string model, prompts, output, report, compute_dtype, format = "auto";
   std::optional<int64_t> batch_size;
   int threads = 0;
   GenerateOptions gen;
@@ -61,7 +61,18 @@ int run(const Options& o) {
 
   const auto model = Model::open(o.model);
   const auto tokenizer = tokenizer_for(*model);
-  const PromptFile prompts = read_prompt_file(o.prompts);
+  std::optional<PromptFormat> format;
+  if (o.format == "text") format = PromptFormat::kText;
+  if (o.format == "jsonl") format = PromptFormat::kJsonl;
+  if (o.format == "openai") format = PromptFormat::kOpenAi;
+  const PromptFile prompts = read_prompt_file(o.prompts, format);
+  spdlog::info("{}: {} format", o.prompts, prompt_format_name(prompts.format));
+  // OpenAI answers name the model by its file or directory name.
+  std::filesystem::path model_path = std::filesystem::path(o.model).lexically_normal();
+  if (model_path.filename().empty()) model_path = model_path.parent_path();
+  gen.response_model = model_path.filename().string();
+  if (gen.response_model.ends_with(".gguf"))
+    gen.response_model.resize(gen.response_model.size() - 5);
   const std::vector<Job> jobs =
       prepare_jobs(prompts, *tokenizer, model->config().n_ctx, gen, o.model);
 
@@ -118,9 +129,14 @@ const Command kGenerate{
       auto o = std::make_shared<Options>();
       sub.add_option("--model", o->model, "GGUF file or Hugging Face model directory")->required();
       sub.add_option("--prompts", o->prompts,
-                     "Prompt file: one prompt per line, or JSONL with \"prompt\" and optional "
-                     "\"id\", \"max_new_tokens\", \"temperature\", \"stop\", \"system\"")
+                     "Prompt file: one prompt per line, JSONL with \"prompt\" and optional "
+                     "\"id\", \"max_new_tokens\", \"temperature\", \"stop\", \"system\", or an "
+                     "OpenAI batch file (custom_id, method, url, body), answered in that format")
           ->required();
+      sub.add_option("--format", o->format,
+                     "Prompt file format: auto (from the file), text, jsonl or openai")
+          ->check(CLI::IsMember({"auto", "text", "jsonl", "openai"}))
+          ->capture_default_str();
       sub.add_option("-o,--output", o->output,
                      "Output JSONL (one record per prompt, input order); an interrupted run "
                      "leaves OUTPUT.partial and the same command resumes it")

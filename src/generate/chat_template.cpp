@@ -163,20 +163,36 @@ ChatTemplate ChatTemplate::parse(std::string_view t, std::string_view bos_text,
 
 std::string ChatTemplate::render(const std::optional<std::string>& system,
                                  std::string_view user) const {
-  const std::optional<std::string> sys = system ? system : default_system;
+  std::vector<ChatMessage> messages;
+  if (system) messages.push_back({"system", *system});
+  messages.push_back({"user", std::string(user)});
+  return render(messages);
+}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages) const {
   auto content = [&](std::string_view s) { return trim_content ? trimmed(s) : std::string(s); };
+  const bool has_system = !messages.empty() && messages[0].role == "system";
   std::string out = bos_text;
   if (style == ChatStyle::kChatMl) {
-    if (sys) out += "<|im_start|>system\n" + content(*sys) + "<|im_end|>\n";
-    out += "<|im_start|>user\n" + content(user) + "<|im_end|>\n";
+    if (!has_system && default_system) {
+      out += "<|im_start|>system\n" + content(*default_system) + "<|im_end|>\n";
+    }
+    for (const ChatMessage& m : messages) {
+      out += "<|im_start|>" + m.role + "\n" + content(m.content) + "<|im_end|>\n";
+    }
     out += "<|im_start|>assistant\n";
   } else {
-    if (sys || always_system) {
-      out += "<|start_header_id|>system<|end_header_id|>\n\n" + system_preamble +
-             (sys ? content(*sys) : std::string()) + "<|eot_id|>";
+    auto header = [](std::string_view role) {
+      return "<|start_header_id|>" + std::string(role) + "<|end_header_id|>\n\n";
+    };
+    if (has_system || always_system) {
+      out += header("system") + system_preamble +
+             (has_system ? content(messages[0].content) : std::string()) + "<|eot_id|>";
     }
-    out += "<|start_header_id|>user<|end_header_id|>\n\n" + content(user) + "<|eot_id|>";
-    out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    for (size_t i = has_system ? 1 : 0; i < messages.size(); ++i) {
+      out += header(messages[i].role) + content(messages[i].content) + "<|eot_id|>";
+    }
+    out += header("assistant");
   }
   return out;
 }

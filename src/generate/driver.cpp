@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <numeric>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "generate/chat_template.h"
+#include "generate/openai_response.h"
 #include "generate/stop.h"
 #include "io/one_line.h"
 #include "model/model.h"
@@ -77,6 +79,38 @@ std::string model_identity(const Model& model) {
   return id;
 }
 
+namespace {
+
+// The chat template for --chat, or for the chat requests of an OpenAI batch
+// file. With --chat an unsupported template fails the run; for OpenAI
+// requests it becomes their error (returned in `problem`).
+std::optional<ChatTemplate> chat_template_for(const PromptFile& prompts, const Tokenizer& tokenizer,
+                                              const GenerateOptions& options,
+                                              const std::string& model_name, std::string& problem) {
+  const bool openai_chat =
+      std::any_of(prompts.prompts.begin(), prompts.prompts.end(), [](const PromptRecord& p) {
+        return p.endpoint == Endpoint::kChatCompletions && p.error_code.empty();
+      });
+  if (!options.chat && !openai_chat) return std::nullopt;
+  const int32_t bos = tokenizer.bos_id();
+  try {
+    ChatTemplate chat = ChatTemplate::parse(tokenizer.chat_template(),
+                                            bos >= 0 ? tokenizer.token_text(bos) : "", model_name);
+    spdlog::info("chat template: {} style{}", chat_style_name(chat.style),
+                 chat.default_system ? fmt::format(", default system message \"{}\"",
+                                                   one_line(*chat.default_system, 80))
+                                     : std::string());
+    return chat;
+  } catch (const Error& e) {
+    if (options.chat) throw;
+    problem = e.what();
+    spdlog::warn("chat requests are answered with an error: {}", problem);
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
 std::vector<Job> prepare_jobs(const PromptFile& prompts, const Tokenizer& tokenizer, int64_t n_ctx,
                               const GenerateOptions& options, const std::string& model_name) {
   STRATA_ASSERT(n_ctx > 0);
@@ -87,44 +121,76 @@ std::vector<Job> prepare_jobs(const PromptFile& prompts, const Tokenizer& tokeni
   for (const std::string& s : options.stop) {
     if (s.empty()) fail("--stop \"\" is not allowed; a stop string needs at least one character");
   }
-  std::optional<ChatTemplate> chat;
-  if (options.chat) {
-    const int32_t bos = tokenizer.bos_id();
-    chat = ChatTemplate::parse(tokenizer.chat_template(), bos >= 0 ? tokenizer.token_text(bos) : "",
-                               model_name);
-    spdlog::info("chat template: {} style{}", chat_style_name(chat->style),
-                 chat->default_system ? fmt::format(", default system message \"{}\"",
-                                                    one_line(*chat->default_system, 80))
-                                      : std::string());
+  const bool openai = prompts.format == PromptFormat::kOpenAi;
+  if (openai && (options.chat || options.system)) {
+    fail(
+        "{}: is an OpenAI batch file, whose requests say themselves whether they are chat "
+        "(url /v1/chat/completions, with their own system message); drop --chat and --system",
+        prompts.path);
   }
+  std::string chat_problem;
+  const std::optional<ChatTemplate> chat =
+      chat_template_for(prompts, tokenizer, options, model_name, chat_problem);
   std::vector<Job> jobs;
   jobs.reserve(prompts.prompts.size());
-  size_t n_skipped = 0;
+  size_t n_skipped = 0, n_errors = 0;
+  std::string first_error;
+  auto answer_with_error = [&](Job& job, std::string code, std::string message) {
+    job.error_code = std::move(code);
+    job.skipped = std::move(message);
+    if (n_errors++ == 0) first_error = job.skipped;
+  };
   for (const PromptRecord& p : prompts.prompts) {
     Job job;
     job.index = p.index;
     job.id = p.id;
+    job.endpoint = p.endpoint;
+    if (!p.error_code.empty()) {
+      answer_with_error(job, p.error_code, p.error);
+      jobs.push_back(std::move(job));
+      continue;
+    }
     job.sampling = options.sampling;
     if (p.temperature) job.sampling.temperature = *p.temperature;
+    if (p.top_p) job.sampling.top_p = *p.top_p;
+    job.seed = p.seed;
     job.stop = p.stop ? *p.stop : options.stop;
-    if (chat) {
+    if (p.endpoint == Endpoint::kChatCompletions) {
+      if (!chat) {
+        answer_with_error(job, "unsupported_chat_template", chat_problem);
+        jobs.push_back(std::move(job));
+        continue;
+      }
+      job.tokens = tokenizer.encode(chat->render(p.messages), /*add_bos=*/false);
+    } else if (options.chat) {
       const std::optional<std::string>& system = p.system ? p.system : options.system;
       job.tokens = tokenizer.encode(chat->render(system, p.text), /*add_bos=*/false);
     } else {
       job.tokens = tokenizer.encode(p.text, tokenizer.add_bos_default());
     }
     if (job.tokens.empty()) {
-      fail("{}:{}: prompt id {} is empty after tokenization; remove the line or give it text",
-           prompts.path, p.line, id_text(p.id));
+      if (!openai) {
+        fail("{}:{}: prompt id {} is empty after tokenization; remove the line or give it text",
+             prompts.path, p.line, id_text(p.id));
+      }
+      answer_with_error(job, "invalid_request",
+                        fmt::format("line {}: the prompt is empty after tokenization", p.line));
+      jobs.push_back(std::move(job));
+      continue;
     }
     const int64_t n_prompt = static_cast<int64_t>(job.tokens.size());
     const int32_t wanted = p.max_new_tokens ? *p.max_new_tokens : options.max_new_tokens;
-    if (n_prompt >= n_ctx) {
+    if (n_prompt >= n_ctx && openai) {
+      answer_with_error(job, "context_length_exceeded",
+                        fmt::format("line {}: the prompt has {} tokens, but the context of the "
+                                    "model holds {} and at least one must be left to generate",
+                                    p.line, n_prompt, n_ctx));
+    } else if (n_prompt >= n_ctx) {
       const std::string why = fmt::format(
           "prompt id {} ({}:{}) has {} tokens{}, but the context of {} holds {} tokens and at "
           "least one must be left to generate",
-          id_text(p.id), prompts.path, p.line, n_prompt, chat ? " with the chat template" : "",
-          model_name, n_ctx);
+          id_text(p.id), prompts.path, p.line, n_prompt,
+          options.chat ? " with the chat template" : "", model_name, n_ctx);
       if (!options.skip_long) fail("{}; shorten it, or pass --skip-long to skip such prompts", why);
       spdlog::warn("skipping: {}", why);
       job.skipped = fmt::format("prompt has {} tokens; the context holds {}", n_prompt, n_ctx);
@@ -135,6 +201,10 @@ std::vector<Job> prepare_jobs(const PromptFile& prompts, const Tokenizer& tokeni
     jobs.push_back(std::move(job));
   }
   if (n_skipped > 0) spdlog::warn("{} prompts skipped: longer than the context", n_skipped);
+  if (n_errors > 0) {
+    spdlog::warn("{} of {} requests are answered with an error; the first: {}", n_errors,
+                 jobs.size(), one_line(first_error, 300));
+  }
   return jobs;
 }
 
@@ -159,7 +229,11 @@ std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t 
 
 OrderedJson make_record(const Job& job, const std::string& completion,
                         std::span<const int32_t> completion_ids, const char* finish_reason,
-                        bool with_ids) {
+                        const GenerateOptions& options) {
+  if (job.endpoint != Endpoint::kNone || !job.error_code.empty()) {
+    return openai_answer(job, completion, completion_ids.size(), finish_reason,
+                         options.response_model, static_cast<int64_t>(std::time(nullptr)));
+  }
   OrderedJson r;
   r["id"] = job.id;
   r["completion"] = completion;
@@ -167,7 +241,7 @@ OrderedJson make_record(const Job& job, const std::string& completion,
   r["completion_tokens"] = completion_ids.size();
   r["finish_reason"] = finish_reason;
   if (!job.skipped.empty()) r["error"] = job.skipped;
-  if (with_ids)
+  if (options.ids)
     r["completion_ids"] = std::vector<int32_t>(completion_ids.begin(), completion_ids.end());
   return r;
 }
@@ -180,7 +254,7 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
   // Skipped prompts get their record before any compute.
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (!jobs[i].skipped.empty() && out && !done_before(i)) {
-      out->append(jobs[i].index, make_record(jobs[i], "", {}, "skipped", options.ids));
+      out->append(jobs[i].index, make_record(jobs[i], "", {}, "skipped", options));
     }
   }
   const auto blocks = plan_blocks(jobs, engine.block_size(), [&](size_t i) {
@@ -208,8 +282,11 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
     for (size_t i : block) {
       const Job& job = jobs[i];
       seqs.push_back({job.tokens, job.max_new_tokens});
-      states.push_back({&job, SeqSampler(job.sampling, options.seed, job.index, n_sample),
-                        StopChecker(tokenizer, eos, job.stop, job.max_new_tokens)});
+      // A request with its own seed has its own stream, whatever its position.
+      const SeqSampler sampler = job.seed
+                                     ? SeqSampler(job.sampling, *job.seed, 0, n_sample)
+                                     : SeqSampler(job.sampling, options.seed, job.index, n_sample);
+      states.push_back({&job, sampler, StopChecker(tokenizer, eos, job.stop, job.max_new_tokens)});
       states.back().sampler.observe(job.tokens);
     }
     summary.n_sequences += static_cast<int64_t>(seqs.size());
@@ -231,7 +308,7 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
         if (actions[r].finished) {
           if (out) {
             out->append(st.job->index, make_record(*st.job, st.stop.text(), st.stop.ids(),
-                                                   finish_reason_name(reason), options.ids));
+                                                   finish_reason_name(reason), options));
           }
           ++summary.n_prompts;
           ++n_done;
@@ -290,6 +367,7 @@ uint64_t settings_hash(const GenerateOptions& o, const std::string& model_identi
   j["ids"] = o.ids;
   j["skip_long"] = o.skip_long;
   j["ignore_eos"] = o.ignore_eos;
+  j["response_model"] = o.response_model;
   return fnv1a64(j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace));
 }
 

@@ -17,11 +17,18 @@
 // exactly one output record). A prompt whose max_new_tokens does not fit the
 // context is cut to what fits and ends with finish_reason "length".
 //
+// An OpenAI batch file (prompt_file.h) is answered line by line: a request
+// with a problem, a prompt longer than the context, or a chat request when
+// the model's chat template is not supported gets an error answer
+// (openai_response.h) and the job goes on; chat requests always go through
+// the model's chat template (--chat and --system are refused with them).
+//
 // Sampling sees the first min(model, tokenizer) vocabulary ids: padding
 // rows of an embedding beyond the tokenizer have no text and are never drawn.
 //
 // Output record fields, in this order: id, completion, prompt_tokens,
-// completion_tokens, finish_reason, then completion_ids with --ids.
+// completion_tokens, finish_reason, then completion_ids with --ids. OpenAI
+// requests are answered in their own shape (openai_response.h).
 #pragma once
 
 #include <cstdint>
@@ -69,6 +76,7 @@ struct GenerateOptions {
   bool skip_long = false;             // skip prompts longer than the context with a warning
   bool ignore_eos = false;            // never stop at EOS (bench: exactly max_new_tokens)
   bool progress = false;              // progress line on stderr
+  std::string response_model;         // the model's name in OpenAI answers
 };
 
 // One prompt, ready to run.
@@ -80,6 +88,11 @@ struct Job {
   SamplingParams sampling;
   std::vector<std::string> stop;
   std::string skipped;  // non-empty: why it does not run (its record says so)
+  // OpenAI batch requests: where the request went, its own random stream,
+  // and the code of the error that answers it instead (with `skipped`).
+  Endpoint endpoint = Endpoint::kNone;
+  std::optional<uint64_t> seed;
+  std::string error_code;
 };
 
 // Step 1. `n_ctx`: the context length of the model; `model_name` for messages.
@@ -91,10 +104,11 @@ std::vector<Job> prepare_jobs(const PromptFile& prompts, const Tokenizer& tokeni
 std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t block_size,
                                              const std::function<bool(size_t)>& skip);
 
-// The record of a job that ran.
+// The record of a job that ran (or was skipped: finish_reason "skipped"),
+// in the shape of its input format.
 OrderedJson make_record(const Job& job, const std::string& completion,
                         std::span<const int32_t> completion_ids, const char* finish_reason,
-                        bool with_ids);
+                        const GenerateOptions& options);
 
 // What run_jobs measured.
 struct RunSummary {

@@ -8,7 +8,10 @@
 #include <limits>
 #include <sstream>
 
+#include <unordered_map>
+
 #include "core/error.h"
+#include "generate/openai_request.h"
 #include "io/json.h"
 #include "io/one_line.h"
 #include "tokenizer/unicode.h"
@@ -118,6 +121,18 @@ void check_utf8(const std::string& path, int64_t line, std::string_view text) {
   }
 }
 
+std::string_view prompt_format_name(PromptFormat f) {
+  switch (f) {
+    case PromptFormat::kText:
+      return "text";
+    case PromptFormat::kJsonl:
+      return "jsonl";
+    case PromptFormat::kOpenAi:
+      return "openai";
+  }
+  return "?";
+}
+
 uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
   for (unsigned char c : bytes) {
     h ^= c;
@@ -126,17 +141,25 @@ uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
   return h;
 }
 
-PromptFile parse_prompt_file(const std::string& path, std::string_view content) {
+PromptFile parse_prompt_file(const std::string& path, std::string_view content,
+                             std::optional<PromptFormat> format) {
   PromptFile pf;
   pf.path = path;
   pf.content_hash = fnv1a64(content);
   if (content.substr(0, 3) == "\xEF\xBB\xBF") content.remove_prefix(3);
 
   const size_t first = content.find_first_not_of(" \t\r\n\f\v");
-  const bool jsonl =
-      ends_with(path, ".jsonl") || (first != std::string_view::npos && content[first] == '{');
-  pf.format = jsonl ? PromptFormat::kJsonl : PromptFormat::kText;
+  if (format) {
+    pf.format = *format;
+  } else if (ends_with(path, ".jsonl") ||
+             (first != std::string_view::npos && content[first] == '{')) {
+    const size_t first_end = first == std::string_view::npos ? first : content.find('\n', first);
+    const bool openai = first != std::string_view::npos &&
+                        looks_like_openai_request(content.substr(first, first_end - first));
+    pf.format = openai ? PromptFormat::kOpenAi : PromptFormat::kJsonl;
+  }
 
+  std::unordered_map<std::string, int64_t> custom_ids;  // OpenAI: custom_id -> its line
   int64_t line_no = 0;
   size_t pos = 0;
   while (pos < content.size()) {
@@ -147,15 +170,27 @@ PromptFile parse_prompt_file(const std::string& path, std::string_view content) 
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (is_blank(line)) continue;
-    check_utf8(path, line_no, line);
     PromptRecord rec;
     rec.index = pf.prompts.size();
     rec.line = line_no;
     rec.id = line_no - 1;
-    if (jsonl) {
-      parse_jsonl_line(path, line_no, line, rec);
+    if (pf.format == PromptFormat::kOpenAi) {
+      parse_openai_request(line, rec);
+      if (rec.id.is_string()) {
+        const auto [it, fresh] = custom_ids.emplace(rec.id.get<std::string>(), line_no);
+        if (!fresh && rec.error_code.empty()) {
+          rec.error_code = "duplicate_custom_id";
+          rec.error = fmt::format("line {}: custom_id {} was already used on line {}", line_no,
+                                  one_line(rec.id.dump(), 80), it->second);
+        }
+      }
     } else {
-      rec.text = std::string(line);
+      check_utf8(path, line_no, line);
+      if (pf.format == PromptFormat::kJsonl) {
+        parse_jsonl_line(path, line_no, line, rec);
+      } else {
+        rec.text = std::string(line);
+      }
     }
     pf.prompts.push_back(std::move(rec));
   }
@@ -166,7 +201,7 @@ PromptFile parse_prompt_file(const std::string& path, std::string_view content) 
   return pf;
 }
 
-PromptFile read_prompt_file(const std::string& path) {
+PromptFile read_prompt_file(const std::string& path, std::optional<PromptFormat> format) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     fail("{}: is a directory, expected a prompt file (.txt or .jsonl)", path);
@@ -176,7 +211,7 @@ PromptFile read_prompt_file(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) fail("{}: cannot read the prompt file", path);
-  return parse_prompt_file(path, ss.str());
+  return parse_prompt_file(path, ss.str(), format);
 }
 
 }  // namespace strata

@@ -1,6 +1,9 @@
 // Chat templates: ChatML with and without a system message, SmolLM2's
 // default system message read out of its template, the golden SmolLM2 chat
-// prompt, Llama 3 and 3.1 renderings, and the errors for other templates.
+// prompt, Llama 3 and 3.1 renderings, conversations of several turns (the
+// expected text rendered from the same templates by Python's jinja2 as
+// transformers sets it up, without strftime_now), and the errors for other
+// templates.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -131,6 +134,55 @@ TEST(ChatTemplate, Llama32AlwaysWritesTheDatedSystemBlock) {
       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge "
       "Date: December 2023\nToday Date: 26 Jul 2024\n\nBe kind.<|eot_id|><|start_header_id|>"
       "user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// System, user, assistant, user; and the same without the system message.
+const std::vector<ChatMessage> kWithSystem = {
+    {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello! "}, {"user", " What is 2+2?"}};
+const std::vector<ChatMessage> kNoSystem = {
+    {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
+
+TEST(ChatTemplate, ConversationsChatMl) {
+  const ChatTemplate ct = ChatTemplate::parse(kSmolLm2, "<|im_start|>", "smollm2");
+  EXPECT_EQ(ct.render(kWithSystem),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>"
+            "assistant\nHello! <|im_end|>\n<|im_start|>user\n What is 2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(ct.render(kNoSystem),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!"
+            "<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, ConversationsLlama3) {
+  const ChatTemplate l3 = ChatTemplate::parse(kLlama3, "<|begin_of_text|>", "llama3");
+  EXPECT_EQ(l3.render(kWithSystem),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>"
+            "assistant<|end_header_id|>\n\nHello!<|eot_id|><|start_header_id|>user"
+            "<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant"
+            "<|end_header_id|>\n\n");
+  EXPECT_EQ(l3.render(kNoSystem),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>"
+            "assistant<|end_header_id|>\n\n");
+  const ChatTemplate l32 = ChatTemplate::parse(kLlama32, "<|begin_of_text|>", "llama3.2");
+  const std::string dated =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
+      "December 2023\nToday Date: 26 Jul 2024\n\n";
+  EXPECT_EQ(l32.render(kWithSystem),
+            dated +
+                "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+                "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(l32.render(kNoSystem),
+            dated +
+                "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+                "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>"
+                "assistant<|end_header_id|>\n\n");
 }
 
 TEST(ChatTemplate, UnsupportedTemplatesAreErrorsNamingTheModel) {
