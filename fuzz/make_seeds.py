@@ -133,6 +133,18 @@ put("prompt_file", "text.txt", b"\x00" + "hello world\n\n  the cat sat\r\ncaf\u0
 put("prompt_file", "jsonl.jsonl", b"\x01" + (
     '{"prompt": "a", "id": "x", "max_new_tokens": 4, "temperature": 0.5, "stop": ["\\n", "."], '
     '"system": "be brief"}\n{"prompt": "b", "id": 7, "stop": "end"}\n').encode())
+openai_requests = "\n".join(json.dumps(r) for r in [
+    {"custom_id": "c1", "method": "POST", "url": "/v1/chat/completions",
+     "body": {"messages": [{"role": "system", "content": "be brief"},
+                           {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+              "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "seed": -2, "stop": ["\n"],
+              "n": 1, "stream": False, "logprobs": None}},
+    {"custom_id": "p1", "method": "POST", "url": "/v1/completions",
+     "body": {"prompt": ["once upon"], "max_tokens": 3, "echo": False, "best_of": 1}},
+    {"custom_id": "p1", "method": "GET", "url": "/v1/embeddings", "body": {"input": "x"}},
+]) + "\nnot json\n"
+put("prompt_file", "openai.jsonl", b"\x01" + openai_requests.encode())
+put("prompt_file", "openai-forced.jsonl", b"\x02" + openai_requests.encode())
 
 # ---- pack manifest (4 bytes: weights.bin size in KiB, then the JSON) ----
 def manifest():
