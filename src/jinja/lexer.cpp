@@ -252,9 +252,9 @@ std::vector<Token> lex(std::string_view raw, const std::string& name) {
           p = j;
         } else {
           static const char* two[] = {"//", "**", "==", "!=", "<=", ">="};
-          std::string op(1, c);
+          std::string_view op = rest.substr(0, 1);
           for (const char* t : two) {
-            if (rest.substr(0, 2) == t) op = t;
+            if (rest.substr(0, 2) == t) op = rest.substr(0, 2);
           }
           if (op.size() == 1 &&
               std::string_view("+-*/%~<>()[]{},.:|=").find(c) == std::string_view::npos) {
@@ -262,7 +262,7 @@ std::vector<Token> lex(std::string_view raw, const std::string& name) {
           }
           if (c == '(' || c == '[' || c == '{') ++depth;
           if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
-          out.push_back({Token::Type::kOp, op, line});
+          out.push_back({Token::Type::kOp, std::string(op), line});
           p += op.size();
         }
       }
