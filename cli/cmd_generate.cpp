@@ -158,9 +158,13 @@ const Command kGenerate{
       sub.add_option("--seed", o->gen.seed, "Random seed; each prompt has its own stream")
           ->capture_default_str();
       sub.add_option("--stop", o->gen.stop, "Stop strings (the completion is cut before them)");
-      sub.add_flag("--chat", o->gen.chat, "Wrap each prompt in the model's chat template");
+      sub.add_flag("--chat", o->gen.chat,
+                   "Wrap each prompt in the model's chat template (a user turn after --system)");
       sub.add_option("--system", o->gen.system,
                      "System message for --chat (default: the template's)");
+      sub.add_option("--chat-template", o->gen.chat_template_file,
+                     "Jinja file to use instead of the model's chat template (--chat and OpenAI "
+                     "chat requests)");
       sub.add_flag("--ids", o->gen.ids, "Add completion_ids to every record");
       sub.add_flag("--skip-long", o->gen.skip_long,
                    "Skip prompts longer than the context with a warning instead of failing");

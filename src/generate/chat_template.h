@@ -1,70 +1,74 @@
-// Chat prompts for --chat without a Jinja engine: the model's chat template
-// (GGUF tokenizer.chat_template, or tokenizer_config.json /
-// chat_template.jinja) is recognised as one of two styles and rendered by
-// hand, for one turn (optional system message and one user message) or for a
-// whole conversation (a list of messages, as the OpenAI chat format sends),
-// followed by the assistant header (add_generation_prompt):
+// Chat prompts from the model's own chat template: a Jinja template (GGUF
+// tokenizer.chat_template, tokenizer_config.json, chat_template.jinja, or
+// --chat-template FILE) rendered by src/jinja exactly as transformers'
+// apply_chat_template renders it with jinja2. The template sees `messages`
+// (a list of {"role", "content", ...}), `tools` when given,
+// `add_generation_prompt`, `bos_token` and `eos_token` (the texts of the
+// model's tokens), and `strftime_now` (today's date, as transformers: Llama
+// 3.1+ templates write it into the system block, so the same conversation
+// renders differently on another day). The template writes BOS where it
+// wants it, so the rendered text is encoded without adding one.
 //
-//   kChatMl  <|im_start|>system\n{system}<|im_end|>\n
-//            <|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n
-//            (SmolLM2, Qwen2, ...); every message of a conversation is one
-//            such block, its role written as given. When the template writes a fixed system
-//            message for conversations without one (SmolLM2: "You are a
-//            helpful AI assistant named SmolLM, ..."), that text is read out of
-//            the template and used as the default.
-//   kLlama3  {bos}<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>
-//            <|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>
-//            <|start_header_id|>assistant<|end_header_id|>\n\n
-//            A conversation whose first message is a system message has it
-//            in the system block; every other message gets its own header.
-//            Llama 3.1+ templates always write the system block, opening with
-//            "Cutting Knowledge Date: ...\nToday Date: ...\n\n"; the date is the
-//            template's fixed fallback (e.g. "26 Jul 2024"), never today's, so
-//            a job renders the same prompts on any day.
-//
-// The BOS token's text is written first when the template refers to
-// bos_token; the rendered text is then encoded without adding BOS again.
-// Content is trimmed when the template trims it (Llama 3's "| trim").
-// Anything else is an Error naming the model and the supported styles.
+// A template that does not parse, or that raises an error for a
+// conversation (raise_exception: "System role not supported", "roles must
+// alternate"), is an Error naming its origin and its line.
 #pragma once
 
+#include <ctime>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 namespace strata {
+
+namespace jinja {
+class Template;
+}
+
+class Tokenizer;
 
 // One message of a conversation.
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant", ... (written as given)
+  std::string role;  // "system", "user", "assistant", ... (passed as given)
   std::string content;
 };
 
-enum class ChatStyle { kChatMl, kLlama3 };
+class ChatTemplate {
+ public:
+  // Compiles `source`; `origin` names it in messages (the model, or the
+  // file). Throws Error when it is empty or does not parse.
+  ChatTemplate(std::string_view source, std::string origin, std::string bos_text,
+               std::string eos_text);
+  ~ChatTemplate();
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
 
-struct ChatTemplate {
-  ChatStyle style = ChatStyle::kChatMl;
-  std::optional<std::string> default_system;  // used when a prompt has no system message
-  std::string system_preamble;                // Llama 3.1+: opens every system block
-  bool always_system = false;                 // the system block is written even when empty
-  bool trim_content = false;
-  std::string bos_text;  // "" when the template writes no BOS
+  // The model's template (or the one in `override_file` when not empty),
+  // with the texts of its BOS and EOS tokens. Throws Error naming the model
+  // when it has none ("pass --chat-template FILE.jinja").
+  static ChatTemplate for_model(const Tokenizer& tokenizer, const std::string& model_name,
+                                const std::string& override_file = {});
 
-  // Recognises `template_text` of model `model_name` (for messages).
-  // `bos_text`: the text of the model's BOS token ("" when it has none).
-  // Throws Error when the template is empty or of an unsupported style.
-  static ChatTemplate parse(std::string_view template_text, std::string_view bos_text,
-                            const std::string& model_name);
-
-  // The prompt for one user turn, ending with the assistant header.
+  // The text of a conversation: `messages` a JSON list of messages,
+  // `tools` a JSON list of tool definitions or null.
+  std::string render_conversation(const nlohmann::ordered_json& messages,
+                                  bool add_generation_prompt = true,
+                                  const nlohmann::ordered_json& tools = nullptr) const;
+  std::string render(std::span<const ChatMessage> messages) const;
+  // One user turn, after the system message when there is one.
   std::string render(const std::optional<std::string>& system, std::string_view user) const;
 
-  // The prompt for a conversation, ending with the assistant header. The
-  // default system message is used when the first message is not a system one.
-  std::string render(std::span<const ChatMessage> messages) const;
-};
+  const std::string& origin() const { return origin_; }
+  // strftime_now reads this time instead of the clock (tests, reproducible renders).
+  void pin_time(std::time_t t) { pinned_time_ = t; }
 
-std::string_view chat_style_name(ChatStyle s);  // "ChatML", "Llama-3"
+ private:
+  std::unique_ptr<jinja::Template> template_;
+  std::string origin_, bos_text_, eos_text_;
+  std::optional<std::time_t> pinned_time_;
+};
 
 }  // namespace strata

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -82,7 +84,7 @@ std::string model_identity(const Model& model) {
 namespace {
 
 // The chat template for --chat, or for the chat requests of an OpenAI batch
-// file. With --chat an unsupported template fails the run; for OpenAI
+// file. With --chat a template that cannot be used fails the run; for OpenAI
 // requests it becomes their error (returned in `problem`).
 std::optional<ChatTemplate> chat_template_for(const PromptFile& prompts, const Tokenizer& tokenizer,
                                               const GenerateOptions& options,
@@ -92,14 +94,9 @@ std::optional<ChatTemplate> chat_template_for(const PromptFile& prompts, const T
         return p.endpoint == Endpoint::kChatCompletions && p.error_code.empty();
       });
   if (!options.chat && !openai_chat) return std::nullopt;
-  const int32_t bos = tokenizer.bos_id();
   try {
-    ChatTemplate chat = ChatTemplate::parse(tokenizer.chat_template(),
-                                            bos >= 0 ? tokenizer.token_text(bos) : "", model_name);
-    spdlog::info("chat template: {} style{}", chat_style_name(chat.style),
-                 chat.default_system ? fmt::format(", default system message \"{}\"",
-                                                   one_line(*chat.default_system, 80))
-                                     : std::string());
+    ChatTemplate chat = ChatTemplate::for_model(tokenizer, model_name, options.chat_template_file);
+    spdlog::info("chat template: {}", chat.origin());
     return chat;
   } catch (const Error& e) {
     if (options.chat) throw;
@@ -157,14 +154,24 @@ std::vector<Job> prepare_jobs(const PromptFile& prompts, const Tokenizer& tokeni
     job.stop = p.stop ? *p.stop : options.stop;
     if (p.endpoint == Endpoint::kChatCompletions) {
       if (!chat) {
-        answer_with_error(job, "unsupported_chat_template", chat_problem);
+        answer_with_error(job, "chat_template_error", chat_problem);
         jobs.push_back(std::move(job));
         continue;
       }
-      job.tokens = tokenizer.encode(chat->render(p.messages), /*add_bos=*/false);
+      try {
+        job.tokens = tokenizer.encode(chat->render(p.messages), /*add_bos=*/false);
+      } catch (const Error& e) {
+        answer_with_error(job, "chat_template_error", fmt::format("line {}: {}", p.line, e.what()));
+        jobs.push_back(std::move(job));
+        continue;
+      }
     } else if (options.chat) {
       const std::optional<std::string>& system = p.system ? p.system : options.system;
-      job.tokens = tokenizer.encode(chat->render(system, p.text), /*add_bos=*/false);
+      try {
+        job.tokens = tokenizer.encode(chat->render(system, p.text), /*add_bos=*/false);
+      } catch (const Error& e) {
+        fail("{}:{}: prompt id {}: {}", prompts.path, p.line, id_text(p.id), e.what());
+      }
     } else {
       job.tokens = tokenizer.encode(p.text, tokenizer.add_bos_default());
     }
@@ -368,6 +375,13 @@ uint64_t settings_hash(const GenerateOptions& o, const std::string& model_identi
   j["skip_long"] = o.skip_long;
   j["ignore_eos"] = o.ignore_eos;
   j["response_model"] = o.response_model;
+  // The template's text, not its path: an edited template renders other prompts.
+  if (!o.chat_template_file.empty()) {
+    std::ifstream in(o.chat_template_file, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    j["chat_template"] = fmt::format("{:016x}", fnv1a64(ss.str()));
+  }
   return fnv1a64(j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace));
 }
 

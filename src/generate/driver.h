@@ -18,8 +18,9 @@
 // context is cut to what fits and ends with finish_reason "length".
 //
 // An OpenAI batch file (prompt_file.h) is answered line by line: a request
-// with a problem, a prompt longer than the context, or a chat request when
-// the model's chat template is not supported gets an error answer
+// with a problem, a prompt longer than the context, or a chat request the
+// chat template cannot render (none, a syntax error, raise_exception) gets
+// an error answer
 // (openai_response.h) and the job goes on; chat requests always go through
 // the model's chat template (--chat and --system are refused with them).
 //
@@ -77,6 +78,7 @@ struct GenerateOptions {
   bool ignore_eos = false;            // never stop at EOS (bench: exactly max_new_tokens)
   bool progress = false;              // progress line on stderr
   std::string response_model;         // the model's name in OpenAI answers
+  std::string chat_template_file;     // --chat-template: overrides the model's template
 };
 
 // One prompt, ready to run.

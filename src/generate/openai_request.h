@@ -22,7 +22,8 @@
 // content. Error codes: "invalid_json" (not a JSON object, not UTF-8),
 // "invalid_request" (a field missing or of the wrong type or range),
 // "unsupported_parameter", "invalid_url", "duplicate_custom_id" (set by the
-// prompt file reader).
+// prompt file reader); the driver adds "context_length_exceeded" and
+// "chat_template_error".
 #pragma once
 
 #include <string_view>

@@ -11,8 +11,8 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "io/atomic_file.h"
 #include "core/log.h"
+#include "io/atomic_file.h"
 #include "io/one_line.h"
 
 namespace strata {
@@ -23,7 +23,6 @@ namespace fs = std::filesystem;
 std::string hex64(uint64_t v) {
   return fmt::format("{:016x}", v);
 }
-
 
 std::string read_all(int fd, const std::string& path) {
   struct stat st {};
@@ -41,7 +40,6 @@ std::string read_all(int fd, const std::string& path) {
 }
 
 }  // namespace
-
 
 std::string partial_header(const OutputIdentity& id) {
   OrderedJson h;

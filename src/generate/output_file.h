@@ -90,7 +90,6 @@ class OutputFile {
   size_t n_resumed_ = 0;
 };
 
-
 // The header line of a .partial for `identity` (without the newline).
 std::string partial_header(const OutputIdentity& identity);
 

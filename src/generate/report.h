@@ -34,7 +34,7 @@ struct PredictedThroughput {
   double prefill_tokens_per_s = 0;
   double decode_tokens_per_s = 0;
   double total_tokens_per_s = 0;
-  std::string bound;              // "decode: disk->cpu"
+  std::string bound;                   // "decode: disk->cpu"
   double prefill_s = 0, decode_s = 0;  // one block
   std::map<std::string, double> prefill_layer_terms, decode_layer_terms;
   nlohmann::ordered_json workload;  // prompt_len, gen_len, block_size, hardware

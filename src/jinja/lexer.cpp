@@ -172,7 +172,7 @@ std::vector<Token> lex(std::string_view raw, const std::string& name) {
     if (kind == '#') {
       const size_t end = src.find("#}", p);
       if (end == std::string::npos)
-        fail("{}: line {}: a comment is not closed with #}}", name, tag_line);
+        fail("{}: template line {}: a comment is not closed with #}}", name, tag_line);
       strip_after = end > p && src[end - 1] == '-';
       keep_newline = end > p && src[end - 1] == '+';
       count_lines(p, end);
@@ -187,7 +187,7 @@ std::vector<Token> lex(std::string_view raw, const std::string& name) {
           ++p;
         }
         if (p >= src.size()) {
-          fail("{}: line {}: a {} tag is not closed", name, tag_line, block ? "{%" : "{{");
+          fail("{}: template line {}: a {} tag is not closed", name, tag_line, block ? "{%" : "{{");
         }
         const std::string_view rest(src.data() + p, src.size() - p);
         const std::string_view close = block ? "%}" : "}}";
@@ -211,7 +211,7 @@ std::vector<Token> lex(std::string_view raw, const std::string& name) {
         if (c == '\'' || c == '"') {
           size_t j = p + 1;
           while (j < src.size() && src[j] != c) j += src[j] == '\\' ? 2 : 1;
-          if (j >= src.size()) fail("{}: line {}: a string is not closed", name, line);
+          if (j >= src.size()) fail("{}: template line {}: a string is not closed", name, line);
           out.push_back({Token::Type::kString,
                          unescape(std::string_view(src).substr(p + 1, j - p - 1)), line});
           count_lines(p, j);
@@ -258,7 +258,7 @@ std::vector<Token> lex(std::string_view raw, const std::string& name) {
           }
           if (op.size() == 1 &&
               std::string_view("+-*/%~<>()[]{},.:|=").find(c) == std::string_view::npos) {
-            fail("{}: line {}: unexpected character '{}' in a tag", name, line, c);
+            fail("{}: template line {}: unexpected character '{}' in a tag", name, line, c);
           }
           if (c == '(' || c == '[' || c == '{') ++depth;
           if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;

@@ -53,15 +53,7 @@ class Renderer {
       fail("{}: the template raised an error: {}", a.where,
            str(a.get(0, "message").value_or(Value::string(""))));
     });
-    g["strftime_now"] = Value::function([](Args& a) {
-      const std::string f = str(a.get(0, "format").value_or(Value::string("")));
-      const std::time_t t = std::time(nullptr);
-      std::tm tm{};
-      localtime_r(&t, &tm);
-      char buf[256];
-      const size_t n = std::strftime(buf, sizeof buf, f.c_str(), &tm);
-      return Value::string(std::string(buf, n));
-    });
+    g["strftime_now"] = strftime_now_function();
     for (const auto& [k, v] : variables.items) g[k] = v;
     exec(body);
   }
@@ -539,6 +531,18 @@ class Renderer {
 };
 
 }  // namespace
+
+Value strftime_now_function(std::optional<std::time_t> pinned) {
+  return Value::function([pinned](Args& a) {
+    const std::string f = str(a.get(0, "format").value_or(Value::string("")));
+    const std::time_t t = pinned ? *pinned : std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char buf[256];
+    const size_t n = std::strftime(buf, sizeof buf, f.c_str(), &tm);
+    return Value::string(std::string(buf, n));
+  });
+}
 
 Template::Template(std::string_view source, std::string name)
     : name_(std::move(name)), body_(std::make_shared<Body>(parse(source, name_))) {}

@@ -12,7 +12,9 @@
 // are an Error naming the template and its line.
 #pragma once
 
+#include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,6 +22,10 @@
 #include "jinja/value.h"
 
 namespace strata::jinja {
+
+// transformers' strftime_now(format): the local time formatted with
+// strftime, at `pinned` instead of the clock when given.
+Value strftime_now_function(std::optional<std::time_t> pinned = std::nullopt);
 
 class Template {
  public:

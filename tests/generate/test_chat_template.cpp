@@ -1,10 +1,13 @@
-// Chat templates: ChatML with and without a system message, SmolLM2's
-// default system message read out of its template, the golden SmolLM2 chat
-// prompt, Llama 3 and 3.1 renderings, conversations of several turns (the
-// expected text rendered from the same templates by Python's jinja2 as
-// transformers sets it up, without strftime_now), and the errors for other
-// templates.
+// Chat templates through the Jinja interpreter: ChatML with and without a
+// system message, SmolLM2's default system message, the golden SmolLM2 chat
+// prompt, Llama 3 and 3.2 renderings (the date from strftime_now, pinned
+// here), conversations of several turns (the expected text rendered from
+// the same templates by Python's jinja2 as transformers sets it up), a
+// template of another family, and the errors. The real templates of many
+// models are checked against jinja2 in tests/jinja.
 #include <gtest/gtest.h>
+
+#include <ctime>
 
 #include <nlohmann/json.hpp>
 
@@ -57,12 +60,22 @@ const char* kLlama32 =
     "trim + '<|eot_id|>' }}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- "
     "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n";
 
+// Llama 3.2's template with strftime_now pinned to 26 Jul 2024.
+ChatTemplate llama32() {
+  ChatTemplate ct(kLlama32, "llama3.2", "<|begin_of_text|>", "<|eot_id|>");
+  std::tm tm{};
+  tm.tm_year = 2024 - 1900;
+  tm.tm_mon = 6;
+  tm.tm_mday = 26;
+  tm.tm_hour = 12;
+  tm.tm_isdst = -1;
+  ct.pin_time(std::mktime(&tm));
+  return ct;
+}
+
 TEST(ChatTemplate, ChatMlWithoutDefaultSystem) {
   const std::string tmpl = test::read_text(test::test_data("models/llama/chat_template.jinja"));
-  const ChatTemplate ct = ChatTemplate::parse(tmpl, "<|begin_of_text|>", "fixture");
-  EXPECT_EQ(ct.style, ChatStyle::kChatMl);
-  EXPECT_FALSE(ct.default_system);
-  EXPECT_EQ(ct.bos_text, "");
+  const ChatTemplate ct(tmpl, "fixture", "<|begin_of_text|>", "<|eos|>");
   EXPECT_EQ(ct.render(std::nullopt, "Hi there"),
             "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(ct.render(std::string("Be brief."), "Hi"),
@@ -70,13 +83,8 @@ TEST(ChatTemplate, ChatMlWithoutDefaultSystem) {
             "<|im_start|>assistant\n");
 }
 
-TEST(ChatTemplate, SmolLm2DefaultSystemMessageIsReadFromTheTemplate) {
-  const ChatTemplate ct = ChatTemplate::parse(kSmolLm2, "<|im_start|>", "smollm2");
-  EXPECT_EQ(ct.style, ChatStyle::kChatMl);
-  ASSERT_TRUE(ct.default_system);
-  EXPECT_EQ(*ct.default_system,
-            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-  EXPECT_FALSE(ct.trim_content);
+TEST(ChatTemplate, SmolLm2WritesItsDefaultSystemMessage) {
+  const ChatTemplate ct(kSmolLm2, "smollm2", "<|im_start|>", "<|im_end|>");
   EXPECT_EQ(ct.render(std::nullopt, "Hello"),
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
@@ -93,26 +101,20 @@ TEST(ChatTemplate, SmolLm2GoldenChatPrompt) {
     if (t.rfind("<|im_start|>", 0) == 0) want = t;
   }
   ASSERT_FALSE(want.empty()) << "no chat prompt in the golden file";
-  const ChatTemplate ct = ChatTemplate::parse(kSmolLm2, "<|im_start|>", "smollm2");
+  const ChatTemplate ct = ChatTemplate(kSmolLm2, "smollm2", "<|im_start|>", "<|im_end|>");
   EXPECT_EQ(ct.render(std::string("You are a helpful assistant."), "Write a haiku about the sea."),
             want);
 }
 
 TEST(ChatTemplate, QwenEscapedTemplateDefaultSystem) {
-  const ChatTemplate ct = ChatTemplate::parse(kQwen25, "", "qwen");
-  ASSERT_TRUE(ct.default_system);
-  EXPECT_EQ(*ct.default_system,
-            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  const ChatTemplate ct(kQwen25, "qwen", "", "<|im_end|>");
   EXPECT_EQ(ct.render(std::nullopt, "x"),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
             "assistant.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplate, Llama3) {
-  const ChatTemplate ct = ChatTemplate::parse(kLlama3, "<|begin_of_text|>", "llama3");
-  EXPECT_EQ(ct.style, ChatStyle::kLlama3);
-  EXPECT_FALSE(ct.default_system);
-  EXPECT_TRUE(ct.trim_content);
+  const ChatTemplate ct(kLlama3, "llama3", "<|begin_of_text|>", "<|eot_id|>");
   EXPECT_EQ(ct.render(std::nullopt, "  What is 2+2? \n"),
             "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -123,8 +125,7 @@ TEST(ChatTemplate, Llama3) {
 }
 
 TEST(ChatTemplate, Llama32AlwaysWritesTheDatedSystemBlock) {
-  const ChatTemplate ct = ChatTemplate::parse(kLlama32, "<|begin_of_text|>", "llama3.2");
-  EXPECT_EQ(ct.style, ChatStyle::kLlama3);
+  ChatTemplate ct = llama32();
   EXPECT_EQ(ct.render(std::nullopt, "Hi"),
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge "
             "Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user"
@@ -143,7 +144,7 @@ const std::vector<ChatMessage> kNoSystem = {
     {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
 
 TEST(ChatTemplate, ConversationsChatMl) {
-  const ChatTemplate ct = ChatTemplate::parse(kSmolLm2, "<|im_start|>", "smollm2");
+  const ChatTemplate ct = ChatTemplate(kSmolLm2, "smollm2", "<|im_start|>", "<|im_end|>");
   EXPECT_EQ(ct.render(kWithSystem),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>"
             "assistant\nHello! <|im_end|>\n<|im_start|>user\n What is 2+2?<|im_end|>\n"
@@ -155,7 +156,7 @@ TEST(ChatTemplate, ConversationsChatMl) {
 }
 
 TEST(ChatTemplate, ConversationsLlama3) {
-  const ChatTemplate l3 = ChatTemplate::parse(kLlama3, "<|begin_of_text|>", "llama3");
+  const ChatTemplate l3(kLlama3, "llama3", "<|begin_of_text|>", "<|eot_id|>");
   EXPECT_EQ(l3.render(kWithSystem),
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>"
@@ -167,7 +168,7 @@ TEST(ChatTemplate, ConversationsLlama3) {
             "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>"
             "assistant<|end_header_id|>\n\n");
-  const ChatTemplate l32 = ChatTemplate::parse(kLlama32, "<|begin_of_text|>", "llama3.2");
+  const ChatTemplate l32 = llama32();
   const std::string dated =
       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
       "December 2023\nToday Date: 26 Jul 2024\n\n";
@@ -185,19 +186,39 @@ TEST(ChatTemplate, ConversationsLlama3) {
                 "assistant<|end_header_id|>\n\n");
 }
 
-TEST(ChatTemplate, UnsupportedTemplatesAreErrorsNamingTheModel) {
-  for (const char* t :
-       {"", "  ", "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"}) {
+TEST(ChatTemplate, OtherFamiliesRenderToo) {
+  const ChatTemplate ct(
+      "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} "
+      "[/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}",
+      "mistral", "<s>", "</s>");
+  EXPECT_EQ(ct.render(kNoSystem), "<s>[INST] Hi [/INST]Hello!</s>[INST] Bye [/INST]");
+}
+
+TEST(ChatTemplate, ErrorsNameTheTemplate) {
+  for (const auto& [t, part] : std::vector<std::pair<std::string, std::string>>{
+           {"", "the chat template is empty; pass --chat-template"},
+           {"  \n", "the chat template is empty"},
+           {"{% for m in messages %}\n{{ m.content ", "models/x.gguf: template line 2"}}) {
     try {
-      ChatTemplate::parse(t, "<s>", "models/mistral.gguf");
+      ChatTemplate ct(t, "models/x.gguf", "<s>", "</s>");
+      ct.render(kNoSystem);
       ADD_FAILURE() << "no error for: " << t;
     } catch (const Error& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("models/mistral.gguf"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("ChatML"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("Llama-3"), std::string::npos) << msg;
-      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
+  }
+  // raise_exception: the template's own message.
+  const ChatTemplate gemma(
+      "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+      "{% endif %}x",
+      "gemma", "<bos>", "<eos>");
+  EXPECT_EQ(gemma.render(kNoSystem), "x");
+  try {
+    gemma.render(kWithSystem);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("System role not supported"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -1,6 +1,7 @@
-// The demo model's chat template (label model): recognised from the GGUF,
-// its default system message read out, and the golden chat prompt of
-// tests/data/golden/smollm2.json rendered and tokenized to the golden ids.
+// The demo model's chat template (label model): read from the GGUF, its
+// default system message written when a conversation has none, and the
+// golden chat prompt of tests/data/golden/smollm2.json rendered and
+// tokenized to the golden ids.
 // Skips when the demo model has not been fetched.
 #include <gtest/gtest.h>
 
@@ -10,8 +11,8 @@
 
 #include "generate/chat_template.h"
 #include "generate/driver.h"
-#include "generate/prompt_file.h"
 #include "generate/generate_test_util.h"
+#include "generate/prompt_file.h"
 
 namespace strata {
 namespace {
@@ -23,12 +24,10 @@ TEST(DemoChat, GoldenChatPromptFromTheGgufTemplate) {
     GTEST_SKIP() << kDemo << " is absent; run scripts/fetch-demo-model.sh";
   }
   const auto tok = Tokenizer::from_path(kDemo);
-  const ChatTemplate ct =
-      ChatTemplate::parse(tok->chat_template(), tok->token_text(tok->bos_id()), kDemo);
-  EXPECT_EQ(ct.style, ChatStyle::kChatMl);
-  ASSERT_TRUE(ct.default_system);
-  EXPECT_EQ(*ct.default_system,
-            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  const ChatTemplate ct = ChatTemplate::for_model(*tok, kDemo);
+  EXPECT_EQ(ct.render(std::nullopt, "Hi"),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 
   const auto golden =
       nlohmann::json::parse(test::read_text(test::test_data("golden/smollm2.json")));

@@ -383,7 +383,7 @@ TEST(Driver, ChatPromptsUseTheTemplate) {
   o.chat = true;
   o.system = "Default system.";
   const std::vector<Job> jobs = prepare_jobs(pf, tok, 512, o, "m");
-  const ChatTemplate ct = ChatTemplate::parse(tok.chat_template(), "", "m");
+  const ChatTemplate ct = ChatTemplate::for_model(tok, "m");
   EXPECT_EQ(jobs[0].tokens, tok.encode(ct.render(std::string("Default system."), "Hi"), false));
   EXPECT_EQ(jobs[1].tokens, tok.encode(ct.render(std::string("Be brief."), "Hi"), false));
   // Special tokens of the template became their ids.

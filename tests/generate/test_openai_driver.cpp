@@ -80,7 +80,7 @@ TEST(OpenAiDriver, AnswersInInputOrderInTheOpenAiShape) {
                 o);
   ASSERT_EQ(r.answers.size(), 3u);
   const Tokenizer& tok = fixture_tokenizer();
-  const ChatTemplate ct = ChatTemplate::parse(tok.chat_template(), "", "fixture");
+  const ChatTemplate ct = ChatTemplate::for_model(tok, "fixture");
   EXPECT_EQ(r.jobs[0].tokens,
             tok.encode(ct.render(std::vector<ChatMessage>{{"user", "Hi there"}}), false));
   EXPECT_EQ(r.jobs[1].tokens, tok.encode("Once upon a time", tok.add_bos_default()));
@@ -152,19 +152,46 @@ TEST(OpenAiDriver, ErrorsAreAnsweredInPlaceAndTheOthersRun) {
   }
 }
 
-TEST(OpenAiDriver, ChatRequestsWithoutASupportedTemplateAreErrors) {
-  // The fixture's tokenizer with a template of a style strata does not render.
-  ScratchDir model;
+// The fixture's tokenizer files with `chat_template` as its template.
+std::unique_ptr<Tokenizer> tokenizer_with_template(const ScratchDir& model,
+                                                   const std::string& chat_template) {
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
     std::filesystem::copy_file(test::test_data(std::string("models/llama/") + f), model.file(f));
   }
-  write_text(model.file("chat_template.jinja"),
-             "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}");
-  const auto tok = Tokenizer::from_path(model.path());
-  const Answered r = run_batch(chat("c", "Hi") + completion("p", "Hello"), {}, 3, *tok);
-  ASSERT_EQ(r.answers.size(), 2u);
-  EXPECT_EQ(r.answers[0]["error"]["code"], "unsupported_chat_template") << r.answers[0];
+  write_text(model.file("chat_template.jinja"), chat_template);
+  return Tokenizer::from_path(model.path());
+}
+
+TEST(OpenAiDriver, ChatRequestsTheTemplateCannotRenderAreErrors) {
+  // A template that raises for system messages (as Gemma's does) answers
+  // those requests with its error; the others run.
+  ScratchDir model;
+  const auto tok = tokenizer_with_template(
+      model,
+      "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+      "{% endif %}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>");
+  const std::string with_system =
+      request("s", "/v1/chat/completions",
+              {{"messages",
+                {{{"role", "system"}, {"content", "x"}}, {{"role", "user"}, {"content", "Hi"}}}}});
+  const Answered r =
+      run_batch(with_system + chat("c", "Hi") + completion("p", "Hello"), {}, 3, *tok);
+  ASSERT_EQ(r.answers.size(), 3u);
+  EXPECT_EQ(r.answers[0]["error"]["code"], "chat_template_error") << r.answers[0];
+  EXPECT_NE(r.answers[0]["error"]["message"].get<std::string>().find("System role not supported"),
+            std::string::npos);
   EXPECT_EQ(r.answers[1]["response"]["status_code"], 200) << r.answers[1];
+  EXPECT_EQ(r.jobs[1].tokens, tok->encode("<user>Hi<assistant>", false));
+  EXPECT_EQ(r.answers[2]["response"]["status_code"], 200) << r.answers[2];
+
+  // A template that does not parse: every chat request gets the error.
+  ScratchDir broken;
+  const auto tok2 = tokenizer_with_template(broken, "{% if %}");
+  const Answered b = run_batch(chat("c", "Hi") + completion("p", "Hello"), {}, 3, *tok2);
+  EXPECT_EQ(b.answers[0]["error"]["code"], "chat_template_error") << b.answers[0];
+  EXPECT_NE(b.answers[0]["error"]["message"].get<std::string>().find("template line 1"),
+            std::string::npos);
+  EXPECT_EQ(b.answers[1]["response"]["status_code"], 200) << b.answers[1];
 
   // --chat (and --system) do not apply to an OpenAI file: refused outright.
   GenerateOptions o;

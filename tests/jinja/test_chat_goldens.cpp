@@ -21,21 +21,16 @@ namespace {
 using test::read_text;
 using test::test_data;
 
-// strftime_now pinned to the goldens' date (2026-01-15 09:30:00).
+// strftime_now pinned to the goldens' date (2026-01-15 09:30:00, local time).
 Value pinned_strftime() {
-  return Value::function([](Args& a) {
-    std::tm tm{};
-    tm.tm_year = 2026 - 1900;
-    tm.tm_mon = 0;
-    tm.tm_mday = 15;
-    tm.tm_hour = 9;
-    tm.tm_min = 30;
-    tm.tm_wday = 4;  // a Thursday
-    tm.tm_yday = 14;
-    char buf[256];
-    const std::string f = str(*a.get(0, "format"));
-    return Value::string(std::string(buf, std::strftime(buf, sizeof buf, f.c_str(), &tm)));
-  });
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 0;
+  tm.tm_mday = 15;
+  tm.tm_hour = 9;
+  tm.tm_min = 30;
+  tm.tm_isdst = -1;
+  return strftime_now_function(std::mktime(&tm));
 }
 
 TEST(ChatGoldens, EveryTemplateRendersAsJinja2) {
