@@ -146,6 +146,21 @@ openai_requests = "\n".join(json.dumps(r) for r in [
 put("prompt_file", "openai.jsonl", b"\x01" + openai_requests.encode())
 put("prompt_file", "openai-forced.jsonl", b"\x02" + openai_requests.encode())
 
+# ---- chat templates: the real ones of tests/data/chat-templates ----
+TEMPLATES = os.path.join(DATA, "chat-templates")
+for name in sorted(os.listdir(TEMPLATES)):
+    if name.endswith(".jinja"):
+        with open(os.path.join(TEMPLATES, name), "rb") as f:
+            put("chat_template", name, f.read())
+put("chat_template", "language.jinja",
+    "{% macro m(a, b=2) %}{{ a ~ b }}{{ caller() if caller is defined }}{% endmacro %}"
+    "{% set ns = namespace(n=0) %}{% for x in messages if x.role != 'tool' %}"
+    "{% set ns.n = ns.n + loop.index %}{{ x.content[1:] | trim | tojson(indent=1) }}"
+    "{% if x is mapping and 'tool_calls' in x %}{{ x.tool_calls | map(attribute='function.name') | join(',') }}{% endif %}"
+    "{% else %}none{% endfor %}{% call m(1) %}c{% endcall %}{{ ns.n ** 2 // 3 % 5 }}"
+    "{{ tools | selectattr('type', 'equalto', 'function') | list | length }}"
+    "{{ 'a,b'.split(',') | reverse | first }}{{ range(3) | sum }}{{ strftime_now('%Y') }}")
+
 # ---- pack manifest (4 bytes: weights.bin size in KiB, then the JSON) ----
 def manifest():
     tensors = [

@@ -2,6 +2,7 @@
 #include "jinja/builtins.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "core/error.h"
@@ -287,8 +288,11 @@ Value attribute_of(const Value& item, const std::string& path) {
     const size_t dot = path.find('.', p);
     const std::string part = path.substr(p, dot == std::string::npos ? std::string::npos : dot - p);
     Value next = get_item(v, Value::string(part));
-    if (next.is_undefined() && !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)) {
-      next = get_item(v, Value::integer(std::stoll(part)));
+    int64_t index = 0;
+    const auto r = std::from_chars(part.data(), part.data() + part.size(), index);
+    if (next.is_undefined() && !part.empty() && r.ec == std::errc() &&
+        r.ptr == part.data() + part.size()) {
+      next = get_item(v, Value::integer(index));
     }
     v = next;
     if (dot == std::string::npos) return v;
@@ -355,11 +359,13 @@ Value get_item(const Value& obj, const Value& key) {
   if ((obj.is_list() || obj.is_string()) && key.kind == Value::Kind::kInt) {
     if (obj.is_list()) {
       const int64_t n = static_cast<int64_t>(obj.list->size());
+      if (key.i < -n) return Value::undefined();
       const int64_t k = key.i < 0 ? key.i + n : key.i;
       return k >= 0 && k < n ? (*obj.list)[static_cast<size_t>(k)] : Value::undefined();
     }
     const std::u32string u = to_u32(obj.s);
     const int64_t n = static_cast<int64_t>(u.size());
+    if (key.i < -n) return Value::undefined();
     const int64_t k = key.i < 0 ? key.i + n : key.i;
     return k >= 0 && k < n
                ? Value::string(to_utf8(std::u32string_view(&u[static_cast<size_t>(k)], 1)))
@@ -543,7 +549,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a, const Callbac
       Value acc = a.get(1, "start").value_or(Value::integer(0));
       for (const Value& x : items) {
         if (acc.kind == Value::Kind::kInt && x.kind == Value::Kind::kInt) {
-          acc.i += x.i;
+          if (__builtin_add_overflow(acc.i, x.i, &acc.i)) fail("{}: sum overflows", where);
         } else {
           acc = Value::number(acc.as_double() + x.as_double());
         }
@@ -559,11 +565,18 @@ Value apply_filter(std::string_view name, const Value& v, Args& a, const Callbac
     return best;
   }
   if (name == "abs") {
-    if (v.kind == Value::Kind::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
+    if (v.kind == Value::Kind::kInt) {
+      if (v.i == INT64_MIN) fail("{}: abs overflows", where);
+      return Value::integer(v.i < 0 ? -v.i : v.i);
+    }
     return Value::number(std::fabs(v.as_double()));
   }
   if (name == "int") {
-    if (v.kind == Value::Kind::kFloat) return Value::integer(static_cast<int64_t>(v.f));
+    if (v.kind == Value::Kind::kFloat) {
+      if (!(std::fabs(v.f) < 9.2e18))
+        fail("{}: {} does not fit an integer", where, float_repr(v.f));
+      return Value::integer(static_cast<int64_t>(v.f));
+    }
     if (v.kind == Value::Kind::kInt || v.kind == Value::Kind::kBool)
       return Value::integer(v.kind == Value::Kind::kBool ? v.b : v.i);
     try {
@@ -587,6 +600,9 @@ Value apply_filter(std::string_view name, const Value& v, Args& a, const Callbac
   }
   if (name == "indent") {
     const auto w = a.get(0, "width").value_or(Value::integer(4));
+    if (!w.is_string() && (w.kind != Value::Kind::kInt || w.i < 0 || w.i > 1000)) {
+      fail("{}: indent width must be an integer from 0 to 1000", where);
+    }
     const std::string pad = w.is_string() ? w.s : std::string(static_cast<size_t>(w.i), ' ');
     const bool first = a.get(1, "first").value_or(Value::boolean(false)).truthy();
     const bool blank = a.get(2, "blank").value_or(Value::boolean(false)).truthy();

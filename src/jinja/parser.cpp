@@ -1,6 +1,8 @@
 // The Jinja parser (parser.h): recursive descent over the lexer's tokens.
 #include "jinja/parser.h"
 
+#include <charconv>
+#include <cstdlib>
 #include <set>
 
 #include "core/error.h"
@@ -95,6 +97,28 @@ class Parser {
     }
   }
 
+  int64_t int_literal(const Token& t) const {
+    int64_t v = 0;
+    const auto r = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+    if (r.ec != std::errc() || r.ptr != t.text.data() + t.text.size()) {
+      error(t.line, fmt::format("the integer {} is out of range", t.text));
+    }
+    return v;
+  }
+
+  // Expressions and statements nest at most kMaxDepth deep (the parser and
+  // the renderer recurse on them).
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxDepth) {
+        p.error(p.peek().line, fmt::format("nested deeper than {} levels", kMaxDepth));
+      }
+    }
+    ~Nest() { --p.depth_; }
+  };
+  static constexpr int kMaxDepth = 200;
+
   static std::unique_ptr<Stmt> stmt(Stmt::Kind k, int line) {
     auto s = std::make_unique<Stmt>();
     s->kind = k;
@@ -111,6 +135,7 @@ class Parser {
   }
 
   std::unique_ptr<Stmt> parse_statement() {
+    const Nest nest(*this);
     const Token& kw = peek();
     if (kw.type != T::kName)
       error(kw.line, fmt::format("expected a statement, found '{}'", shown(kw)));
@@ -288,6 +313,7 @@ class Parser {
   }
 
   ExprPtr parse_expr() {
+    const Nest nest(*this);
     ExprPtr e = parse_or();
     while (is_name("if")) {
       const int line = next().line;
@@ -332,6 +358,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_not() {
+    const Nest nest(*this);
     if (is_name("not")) {
       const int line = next().line;
       auto e = make(Expr::Kind::kUnary, line);
@@ -401,6 +428,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_unary(bool with_filter) {
+    const Nest nest(*this);
     if (is_op("-") || is_op("+")) {
       const Token& t = next();
       auto e = make(Expr::Kind::kUnary, t.line);
@@ -424,12 +452,12 @@ class Parser {
       }
       case T::kInt: {
         auto e = make(Expr::Kind::kLiteral, t.line);
-        e->value = Value::integer(std::stoll(t.text));
+        e->value = Value::integer(int_literal(t));
         return e;
       }
       case T::kFloat: {
         auto e = make(Expr::Kind::kLiteral, t.line);
-        e->value = Value::number(std::stod(t.text));
+        e->value = Value::number(std::strtod(t.text.c_str(), nullptr));
         return e;
       }
       case T::kName: {
@@ -525,7 +553,7 @@ class Parser {
           a->kind = Expr::Kind::kItem;
           a->kids.push_back(std::move(e));
           auto idx = make(Expr::Kind::kLiteral, a->line);
-          idx->value = Value::integer(std::stoll(next().text));
+          idx->value = Value::integer(int_literal(next()));
           a->kids.push_back(std::move(idx));
           e = std::move(a);
           continue;
@@ -615,6 +643,7 @@ class Parser {
   std::vector<Token> t_;
   std::string name_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -89,9 +89,10 @@ class Renderer {
     }
     if (step == 0) fail("{}: range step must not be zero", a.where);
     List out;
-    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+    for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
       out.push_back(Value::integer(k));
       if (out.size() > 100000) fail("{}: range is too long", a.where);
+      if (__builtin_add_overflow(k, step, &k)) break;
     }
     return Value::list_of(std::move(out));
   }
@@ -101,12 +102,13 @@ class Renderer {
   }
 
   void exec(const Stmt& s) {
+    line_ = s.line;
     switch (s.kind) {
       case Stmt::Kind::kText:
-        out += s.text;
+        append(s.text, s.line);
         return;
       case Stmt::Kind::kOutput:
-        out += str(eval(*s.expr));
+        append(str(eval(*s.expr)), s.line);
         return;
       case Stmt::Kind::kIf:
         for (const auto& [cond, body] : s.branches) {
@@ -151,6 +153,13 @@ class Renderer {
         exec(s.body);
         return;
     }
+  }
+
+  void append(const std::string& text, int line) {
+    if (out.size() + text.size() > static_cast<size_t>(kMaxOutput)) {
+      error(line, fmt::format("the output grows past {} bytes", kMaxOutput));
+    }
+    out += text;
   }
 
   std::string capture(const Body& body) {
@@ -255,6 +264,10 @@ class Renderer {
     const int64_t n = static_cast<int64_t>(items.size());
     ++loop_depth_;
     for (int64_t k = 0; k < n; ++k) {
+      if (++iterations_ > kMaxIterations) {
+        error(s.line,
+              fmt::format("the template runs more than {} loop iterations", kMaxIterations));
+      }
       bind_targets(s, items[static_cast<size_t>(k)]);
       Dict loop;
       loop.set("index", Value::integer(k + 1));
@@ -330,7 +343,7 @@ class Renderer {
     }
     auto clamp = [&](std::optional<int64_t> b, int64_t def) {
       if (!b) return def;
-      int64_t x = *b < 0 ? *b + n : *b;
+      const int64_t x = *b < -n ? -n - 1 : *b < 0 ? *b + n : *b;
       if (step > 0) return std::clamp<int64_t>(x, 0, n);
       return std::clamp<int64_t>(x, -1, n - 1);
     };
@@ -359,6 +372,11 @@ class Renderer {
       }
     }
     if (op == "*" && ((x.is_string() || x.is_list()) && y.kind == K::kInt)) {
+      const int64_t unit =
+          x.is_string() ? static_cast<int64_t>(x.s.size()) : static_cast<int64_t>(x.list->size());
+      if (y.i > 0 && unit > 0 && y.i > kMaxOutput / unit) {
+        error(line, fmt::format("repeating {} items {} times is too large", unit, y.i));
+      }
       if (x.is_string()) {
         std::string s;
         for (int64_t k = 0; k < y.i; ++k) s += x.s;
@@ -375,9 +393,22 @@ class Renderer {
     const bool ints = x.kind != K::kFloat && y.kind != K::kFloat;
     const int64_t a = x.kind == K::kBool ? x.b : x.i, b = y.kind == K::kBool ? y.b : y.i;
     const double fa = x.as_double(), fb = y.as_double();
-    if (op == "+") return ints ? Value::integer(a + b) : Value::number(fa + fb);
-    if (op == "-") return ints ? Value::integer(a - b) : Value::number(fa - fb);
-    if (op == "*") return ints ? Value::integer(a * b) : Value::number(fa * fb);
+    int64_t r = 0;
+    auto overflow = [&]() -> Value {
+      error(line, fmt::format("integer overflow in {} {} {}", a, op, b));
+    };
+    if (op == "+") {
+      if (!ints) return Value::number(fa + fb);
+      return __builtin_add_overflow(a, b, &r) ? overflow() : Value::integer(r);
+    }
+    if (op == "-") {
+      if (!ints) return Value::number(fa - fb);
+      return __builtin_sub_overflow(a, b, &r) ? overflow() : Value::integer(r);
+    }
+    if (op == "*") {
+      if (!ints) return Value::number(fa * fb);
+      return __builtin_mul_overflow(a, b, &r) ? overflow() : Value::integer(r);
+    }
     if (op == "/") {
       if (fb == 0) error(line, "division by zero");
       return Value::number(fa / fb);
@@ -385,21 +416,25 @@ class Renderer {
     if (op == "//" || op == "%") {
       if (fb == 0) error(line, "division by zero");
       if (ints) {
-        int64_t q = a / b, r = a % b;
-        if (r != 0 && ((r < 0) != (b < 0))) {
+        if (a == INT64_MIN && b == -1) return overflow();
+        int64_t q = a / b, m = a % b;
+        if (m != 0 && ((m < 0) != (b < 0))) {
           --q;
-          r += b;
+          m += b;
         }
-        return Value::integer(op == "//" ? q : r);
+        return Value::integer(op == "//" ? q : m);
       }
       const double q = std::floor(fa / fb);
       return Value::number(op == "//" ? q : fa - q * fb);
     }
     if (op == "**") {
       if (ints && b >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < b; ++k) r *= a;
-        return Value::integer(r);
+        int64_t acc = 1, base = a;
+        for (int64_t e = b; e > 0; e >>= 1) {
+          if ((e & 1) && __builtin_mul_overflow(acc, base, &acc)) return overflow();
+          if (e > 1 && __builtin_mul_overflow(base, base, &base)) return overflow();
+        }
+        return Value::integer(acc);
       }
       return Value::number(std::pow(fa, fb));
     }
@@ -477,6 +512,9 @@ class Renderer {
         if (!v.is_number())
           error(e.line, fmt::format("bad operand type for unary {}: '{}'", e.name, kind_name(v)));
         if (e.name == "+") return v;
+        if (v.kind == Value::Kind::kInt && v.i == INT64_MIN) {
+          error(e.line, "integer overflow in unary -");
+        }
         return v.kind == Value::Kind::kFloat
                    ? Value::number(-v.f)
                    : Value::integer(-(v.kind == Value::Kind::kBool ? v.b : v.i));
@@ -527,7 +565,15 @@ class Renderer {
   Callbacks cb_;
   int loop_depth_ = 0;
   int call_depth_ = 0;
+  int64_t iterations_ = 0;
+
+ public:
+  int line_ = 0;  // of the statement being run, for errors raised without one
+
+ private:
   static constexpr int kMaxCallDepth = 64;
+  static constexpr int64_t kMaxIterations = 100000;
+  static constexpr int64_t kMaxOutput = 16 << 20;
 };
 
 }  // namespace
@@ -549,7 +595,12 @@ Template::Template(std::string_view source, std::string name)
 
 std::string Template::render(const Dict& variables) const {
   Renderer r(name_);
-  r.run(*body_, variables);
+  try {
+    r.run(*body_, variables);
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(name_ + ": ", 0) == 0) throw;
+    fail("{}: template line {}: {}", name_, r.line_, e.what());
+  }
   return std::move(r.out);
 }
 

@@ -258,8 +258,17 @@ void json_string(const std::string& s, std::string& out) {
   out += '"';
 }
 
+constexpr int kMaxNesting = 100;
+
+void check_nesting(int depth) {
+  if (depth > kMaxNesting) {
+    fail("a value nests deeper than {} levels (a namespace that holds itself?)", kMaxNesting);
+  }
+}
+
 void json_value(const Value& v, std::optional<int> indent, bool sort_keys, int depth,
                 std::string& out) {
+  check_nesting(depth);
   auto newline = [&](int d) {
     if (indent) out += "\n" + std::string(static_cast<size_t>(*indent * d), ' ');
   };
@@ -326,9 +335,8 @@ void json_value(const Value& v, std::optional<int> indent, bool sort_keys, int d
   }
 }
 
-}  // namespace
-
-std::string repr(const Value& v) {
+std::string repr_at(const Value& v, int depth) {
+  check_nesting(depth);
   switch (v.kind) {
     case Value::Kind::kUndefined:
       return "";
@@ -344,7 +352,8 @@ std::string repr(const Value& v) {
       return string_repr(v.s);
     case Value::Kind::kList: {
       std::string out = v.is_tuple ? "(" : "[";
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
+      for (size_t k = 0; k < v.list->size(); ++k)
+        out += (k ? ", " : "") + repr_at((*v.list)[k], depth + 1);
       if (v.is_tuple && v.list->size() == 1) out += ',';
       return out + (v.is_tuple ? ")" : "]");
     }
@@ -353,7 +362,7 @@ std::string repr(const Value& v) {
       std::string out = "{";
       for (size_t k = 0; k < v.dict->items.size(); ++k) {
         const auto& [key, val] = v.dict->items[k];
-        out += (k ? ", " : "") + string_repr(key) + ": " + repr(val);
+        out += (k ? ", " : "") + string_repr(key) + ": " + repr_at(val, depth + 1);
       }
       return out + "}";
     }
@@ -361,6 +370,12 @@ std::string repr(const Value& v) {
       return "<function>";
   }
   return "";
+}
+
+}  // namespace
+
+std::string repr(const Value& v) {
+  return repr_at(v, 0);
 }
 
 std::string str(const Value& v) {
@@ -402,7 +417,10 @@ Value from_json(const nlohmann::ordered_json& j) {
   }
 }
 
-bool equals(const Value& a, const Value& b) {
+namespace {
+
+bool equals_at(const Value& a, const Value& b, int depth) {
+  check_nesting(depth);
   if (a.is_number() && b.is_number()) {
     if (a.kind == Value::Kind::kFloat || b.kind == Value::Kind::kFloat) {
       return a.as_double() == b.as_double();
@@ -420,7 +438,7 @@ bool equals(const Value& a, const Value& b) {
     case Value::Kind::kList:
       if (a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k) {
-        if (!equals((*a.list)[k], (*b.list)[k])) return false;
+        if (!equals_at((*a.list)[k], (*b.list)[k], depth + 1)) return false;
       }
       return true;
     case Value::Kind::kDict:
@@ -428,7 +446,7 @@ bool equals(const Value& a, const Value& b) {
       if (a.dict->items.size() != b.dict->items.size()) return false;
       for (const auto& [k, v] : a.dict->items) {
         const Value* o = b.dict->find(k);
-        if (!o || !equals(v, *o)) return false;
+        if (!o || !equals_at(v, *o, depth + 1)) return false;
       }
       return true;
     case Value::Kind::kFunction:
@@ -436,6 +454,12 @@ bool equals(const Value& a, const Value& b) {
     default:
       return false;
   }
+}
+
+}  // namespace
+
+bool equals(const Value& a, const Value& b) {
+  return equals_at(a, b, 0);
 }
 
 int compare(const Value& a, const Value& b, const std::string& where) {

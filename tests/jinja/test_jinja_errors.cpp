@@ -46,6 +46,23 @@ TEST(JinjaErrors, NameTheTemplateAndTheLine) {
   expect_error("{% for x in xs recursive %}{% endfor %}", 1, "recursive loops are not supported");
 }
 
+TEST(JinjaErrors, RunawayTemplatesStopWithAnError) {
+  // A template is a model file's content: it must not hang, exhaust memory
+  // or overflow the stack, whatever it says.
+  expect_error("{{ 9223372036854775807 + 1 }}", 1, "integer overflow");
+  expect_error("{{ 3 ** 99 }}", 1, "integer overflow");
+  expect_error("{{ -(-9223372036854775807 - 1) }}", 1, "integer overflow");
+  expect_error("{{ 99999999999999999999 }}", 1, "out of range");
+  expect_error("{{ 'xx' * 100000000 }}", 1, "too large");
+  expect_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+               1, "more than 100000 loop iterations");
+  expect_error("{% set ns = namespace() %}{% set ns.me = ns %}\n{{ ns.me | tojson }}", 2,
+               "deeper than 100 levels");
+  expect_error("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}", 1,
+               "nested deeper than 200 levels");
+  expect_error("{{ 'x' | indent(-5) }}", 1, "indent width");
+}
+
 TEST(JinjaErrors, LexerProblemsNameTheLine) {
   for (const auto& [source, part] : std::vector<std::pair<std::string, std::string>>{
            {"a\n{{ 'unclosed }}", "a string is not closed"},
