@@ -22,6 +22,15 @@ struct LoopSignal {
 
 class Renderer {
  public:
+  // Namespaces are the only values changed after they are made, so every
+  // reference cycle (a namespace holding itself) passes through one:
+  // emptying them frees whatever a template built.
+  ~Renderer() {
+    for (const auto& ns : namespaces_) ns->items.clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
+
   explicit Renderer(const std::string& name) : name_(name) {
     cb_.filter = [this](std::string_view f, const Value& in, Args& a) {
       return apply_filter(f, in, a, cb_);
@@ -33,9 +42,10 @@ class Renderer {
     scopes_.emplace_back();
     Scope& g = scopes_.back();
     g["range"] = Value::function([this](Args& a) { return range(a); });
-    g["namespace"] = Value::function([](Args& a) {
+    g["namespace"] = Value::function([this](Args& a) {
       Value ns = Value::dict_of({});
       ns.is_namespace = true;
+      namespaces_.push_back(ns.dict);
       for (const Value& p : a.pos) {
         if (p.is_dict()) {
           for (const auto& [k, v] : p.dict->items) ns.dict->set(k, v);
@@ -566,6 +576,7 @@ class Renderer {
   int loop_depth_ = 0;
   int call_depth_ = 0;
   int64_t iterations_ = 0;
+  std::vector<std::shared_ptr<Dict>> namespaces_;
 
  public:
   int line_ = 0;  // of the statement being run, for errors raised without one
