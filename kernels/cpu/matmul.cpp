@@ -601,7 +601,8 @@ Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, in
     return Status::kOk;
   }
   if (compute == ComputeType::kInt8) {
-    if (is_quantized(w_dtype)) {
+    // The integer path reads Strata's block formats; GGUF-only ones multiply in bf16.
+    if (is_quantized(w_dtype) && !dtype_info(w_dtype).dequant_only) {
       return run_matmul_int8(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias,
                              m, n, k);
     }

@@ -10,20 +10,29 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 #include "quant/blocks.h"
+#include "quant/gguf_blocks.h"
 
 namespace strata::cpu {
 
 namespace {
 
-constexpr int64_t kChunk = 32;       // elements per vdpbf16ps: 16 lanes x 2
+constexpr int64_t kChunk = 32;        // elements per vdpbf16ps: 16 lanes x 2
 constexpr int64_t kPrefetchRows = 4;  // weight rows read ahead
 
 int64_t round_up(int64_t v, int64_t q) {
   return (v + q - 1) / q * q;
 }
 
+// The GGUF-only formats with a chunk reader below; the others (Q2_K, Q3_K,
+// Q8_K) take the general path (matmul.h).
+bool gguf_dot_ok(DType t) {
+  return t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K;
+}
+
 bool dtype_ok(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_quantized(t);
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 ||
+         (is_quantized(t) && !dtype_info(t).dequant_only) || gguf_dot_ok(t);
 }
 
 #if defined(__x86_64__)
@@ -97,6 +106,98 @@ STRATA_BF16 inline void dequant32(const uint8_t* row, int64_t e0, __m512* lo, __
   }
 }
 
+// The same for the GGUF-only formats, as dequantize_gguf_row_ref makes them
+// (gguf_blocks.h): Q5_0 q*d, Q5_1 q*d + m, Q4_K / Q5_K (d*sc)*q - (dmin*mn)
+// for the 32 elements of one sub-block, Q6_K (d*sc)*q with the two scales
+// of the chunk's halves.
+// 16 unsigned bytes as 16 floats.
+STRATA_BF16 inline __m512 to_ps(__m128i v) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+}
+
+// Q6_K: 16 values from 16 low-nibble sources `ql`, the 2-bit highs of `qh`
+// at `shift`, high nibbles when `upper`, minus 32.
+STRATA_BF16 inline __m512 q6_values(const uint8_t* ql, const uint8_t* qh, int shift, bool upper) {
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql));
+  if (upper) q = _mm_srli_epi16(q, 4);
+  q = _mm_and_si128(q, low4);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh));
+  const __m128i hb = _mm_and_si128(_mm_srli_epi16(h, shift), _mm_set1_epi8(3));
+  q = _mm_or_si128(q, _mm_slli_epi16(hb, 4));
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(q), _mm512_set1_epi32(32)));
+}
+
+template <DType T>
+STRATA_BF16 inline void dequant32_gguf(const uint8_t* row, int64_t e0, __m512* lo, __m512* hi) {
+  constexpr int64_t kBytes = dtype_info_constexpr(T).block_bytes;
+  constexpr int64_t G = dtype_info_constexpr(T).block_elems;
+  const uint8_t* b = row + (e0 / G) * kBytes;
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  if constexpr (T == DType::kQ5_0 || T == DType::kQ5_1) {
+    constexpr int kQs = T == DType::kQ5_0 ? 6 : 8;  // d [m] qh[4] qs[16]
+    const float d = f16_scalar(b);
+    uint32_t qh;
+    std::memcpy(&qh, b + kQs - 4, 4);
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQs));
+    // Bit j of qh is the fifth bit of element j: 16 bytes of 0x10 / 0 from 16 mask bits.
+    const __m128i h0 = _mm_maskz_mov_epi8(static_cast<__mmask16>(qh & 0xFFFF), _mm_set1_epi8(0x10));
+    const __m128i h1 = _mm_maskz_mov_epi8(static_cast<__mmask16>(qh >> 16), _mm_set1_epi8(0x10));
+    __m512 x0 = to_ps(_mm_or_si128(_mm_and_si128(v, low4), h0));
+    __m512 x1 = to_ps(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(v, 4), low4), h1));
+    if constexpr (T == DType::kQ5_0) {
+      x0 = _mm512_sub_ps(x0, _mm512_set1_ps(16.0f));
+      x1 = _mm512_sub_ps(x1, _mm512_set1_ps(16.0f));
+    }
+    *lo = _mm512_mul_ps(x0, _mm512_set1_ps(d));
+    *hi = _mm512_mul_ps(x1, _mm512_set1_ps(d));
+    if constexpr (T == DType::kQ5_1) {
+      const __m512 m = _mm512_set1_ps(f16_scalar(b + 2));
+      *lo = _mm512_add_ps(*lo, m);
+      *hi = _mm512_add_ps(*hi, m);
+    }
+  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
+    const int j = static_cast<int>((e0 % G) / 32);  // sub-block: low nibbles when even
+    uint8_t sc, mn;
+    kquant_scale_min(j, b + 4, &sc, &mn);
+    const float d = f16_scalar(b) * static_cast<float>(sc);
+    const float m = f16_scalar(b + 2) * static_cast<float>(mn);
+    const uint8_t* qs = b + (T == DType::kQ4_K ? 16 : 48) + 32 * (j / 2);
+    __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16));
+    if (j % 2) {
+      v0 = _mm_srli_epi16(v0, 4);
+      v1 = _mm_srli_epi16(v1, 4);
+    }
+    v0 = _mm_and_si128(v0, low4);
+    v1 = _mm_and_si128(v1, low4);
+    if constexpr (T == DType::kQ5_K) {
+      const __m128i u = _mm_set1_epi8(static_cast<char>(1 << j));
+      const __m128i sixteen = _mm_set1_epi8(16);
+      const uint8_t* qh = b + 16;
+      const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh));
+      const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16));
+      v0 = _mm_add_epi8(v0, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h0, u), u), sixteen));
+      v1 = _mm_add_epi8(v1, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h1, u), u), sixteen));
+    }
+    *lo = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), to_ps(v0)), _mm512_set1_ps(m));
+    *hi = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), to_ps(v1)), _mm512_set1_ps(m));
+  } else {
+    static_assert(T == DType::kQ6_K);
+    const int64_t r = e0 % G;
+    const int64_t half = r / 128, quarter = (r % 128) / 32;  // which of q1..q4
+    const uint8_t* ql = b + 64 * half + (quarter % 2) * 32;
+    const uint8_t* qh = b + 128 + 32 * half;
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * quarter;
+    const float d = f16_scalar(b + 208);
+    const int shift = 2 * static_cast<int>(quarter);
+    *lo = _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(sc[0])),
+                        q6_values(ql, qh, shift, quarter >= 2));
+    *hi = _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(sc[1])),
+                        q6_values(ql + 16, qh + 16, shift, quarter >= 2));
+  }
+}
+
 // Elements [e0, e0 + 32) of a row of W (fewer at the end of the row: zero
 // past k) rounded to bf16.
 template <DType T>
@@ -110,9 +211,12 @@ STRATA_BF16 inline __m512bh w_chunk(const uint8_t* row, int64_t e0, int64_t k) {
     __m512 lo, hi;
     if constexpr (T == DType::kF32 || T == DType::kF16) {
       const int64_t left = k - e0;
-      const __mmask16 m0 = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
-      const __mmask16 m1 =
-          left >= 32 ? 0xffff : left <= 16 ? 0 : static_cast<__mmask16>((1u << (left - 16)) - 1);
+      const __mmask16 m0 = left >= 16  ? 0xffff
+                           : left <= 0 ? 0
+                                       : static_cast<__mmask16>((1u << left) - 1);
+      const __mmask16 m1 = left >= 32   ? 0xffff
+                           : left <= 16 ? 0
+                                        : static_cast<__mmask16>((1u << (left - 16)) - 1);
       if constexpr (T == DType::kF32) {
         const float* p = reinterpret_cast<const float*>(row) + e0;
         lo = _mm512_maskz_loadu_ps(m0, p);
@@ -122,6 +226,8 @@ STRATA_BF16 inline __m512bh w_chunk(const uint8_t* row, int64_t e0, int64_t k) {
         lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, p));
         hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, p + 16));
       }
+    } else if constexpr (dtype_info_constexpr(T).dequant_only) {
+      dequant32_gguf<T>(row, e0, &lo, &hi);
     } else {
       dequant32<T>(row, e0, &lo, &hi);
     }
@@ -204,6 +310,16 @@ DotFn dot_fn(DType t, int64_t m) {
       return kDots<DType::kQ4A64>[m];
     case DType::kQ4A128:
       return kDots<DType::kQ4A128>[m];
+    case DType::kQ5_0:
+      return kDots<DType::kQ5_0>[m];
+    case DType::kQ5_1:
+      return kDots<DType::kQ5_1>[m];
+    case DType::kQ4_K:
+      return kDots<DType::kQ4_K>[m];
+    case DType::kQ5_K:
+      return kDots<DType::kQ5_K>[m];
+    case DType::kQ6_K:
+      return kDots<DType::kQ6_K>[m];
     default:
       return nullptr;
   }
@@ -214,11 +330,14 @@ DotFn dot_fn(DType t, int64_t m) {
 STRATA_BF16 void x_to_bf16(const float* x, int64_t k, uint16_t* xb, int64_t ldx) {
   for (int64_t e = 0; e < ldx; e += 32) {
     const int64_t left = k - e;
-    const __mmask16 m0 = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
-    const __mmask16 m1 =
-        left >= 32 ? 0xffff : left <= 16 ? 0 : static_cast<__mmask16>((1u << (left - 16)) - 1);
-    const __m512bh v =
-        _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + e + 16), _mm512_maskz_loadu_ps(m0, x + e));
+    const __mmask16 m0 = left >= 16  ? 0xffff
+                         : left <= 0 ? 0
+                                     : static_cast<__mmask16>((1u << left) - 1);
+    const __mmask16 m1 = left >= 32   ? 0xffff
+                         : left <= 16 ? 0
+                                      : static_cast<__mmask16>((1u << (left - 16)) - 1);
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + e + 16),
+                                           _mm512_maskz_loadu_ps(m0, x + e));
     _mm512_store_si512(xb + e, reinterpret_cast<const __m512i&>(v));
   }
 }

@@ -19,9 +19,9 @@ namespace strata::cpu {
 
 namespace {
 
-constexpr int64_t kTileRows = 32;    // weight rows of a panel: two vectors of 16
-constexpr int64_t kMaxMr = 6;        // rows of x per micro-tile
-constexpr int64_t kMChunk = 120;     // rows of x per pass over a panel (L2)
+constexpr int64_t kTileRows = 32;       // weight rows of a panel: two vectors of 16
+constexpr int64_t kMaxMr = 6;           // rows of x per micro-tile
+constexpr int64_t kMChunk = 120;        // rows of x per pass over a panel (L2)
 constexpr float kTinyGroup = 0x1p-96f;  // a group with amax below this is zero
 constexpr int64_t kPrefetchRows = 6;    // weight rows read ahead of their unpacking
 
@@ -33,10 +33,10 @@ int64_t round_up(int64_t v, int64_t q) {
 struct WeightFormat {
   int64_t group = 0;
   int64_t block_bytes = 0;
-  bool nibbles = false;    // 4-bit
-  bool has_min = false;    // asymmetric: a minimum per block
-  bool signed_q = false;   // Q8S: q int8
-  int32_t bias = 0;        // c = u - bias for the unsigned u the kernel multiplies
+  bool nibbles = false;   // 4-bit
+  bool has_min = false;   // asymmetric: a minimum per block
+  bool signed_q = false;  // Q8S: q int8
+  int32_t bias = 0;       // c = u - bias for the unsigned u the kernel multiplies
 };
 
 WeightFormat weight_format(DType t) {
@@ -114,8 +114,7 @@ PanelLayout panel_layout(int64_t k, int64_t group) {
 
 void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const WeightFormat& f,
                           size_t w_row_bytes, const float* bias, int64_t m, int64_t n, int64_t k,
-                          const int8_t* qx, const float* dx, const int32_t* sums,
-                          int n_threads) {
+                          const int8_t* qx, const float* dx, const int32_t* sums, int n_threads) {
   const int64_t g_sz = f.group;
   const int64_t ng = k / g_sz;
 #pragma omp parallel for schedule(static) num_threads(n_threads)
@@ -230,8 +229,8 @@ __attribute__((always_inline)) STRATA_VNNI inline void transpose16_epi32(__m512i
 // The unsigned integers u of a weight row (c = u - bias) and the scale and
 // minimum of each of its groups.
 // u: [k]; dw, mw: [k / G], element stride `stride` floats
-STRATA_VNNI inline void unpack_row(const WeightFormat& f, const uint8_t* row, int64_t k,
-                                   uint8_t* u, float* dw, float* mw, int64_t stride) {
+STRATA_VNNI inline void unpack_row(const WeightFormat& f, const uint8_t* row, int64_t k, uint8_t* u,
+                                   float* dw, float* mw, int64_t stride) {
   const int64_t g_sz = f.group;
   const __m128i low4 = _mm_set1_epi8(0x0f);
   const __m128i flip = _mm_set1_epi8(static_cast<char>(f.signed_q ? 0x80 : 0));
@@ -269,8 +268,7 @@ STRATA_VNNI inline void unpack_row(const WeightFormat& f, const uint8_t* row, in
 // weights), into u ([16][k] bytes, L1/L2), then transposed 64 elements at a
 // time into the panel's [step][vector][16 rows][4] layout.
 STRATA_VNNI void pack_panel(const WeightFormat& f, const void* w, size_t w_row_bytes, int64_t j0,
-                            int64_t n, int64_t k, const PanelLayout& pl, char* panel,
-                            uint8_t* u) {
+                            int64_t n, int64_t k, const PanelLayout& pl, char* panel, uint8_t* u) {
   const int64_t ng = k / f.group;
   auto* wq = reinterpret_cast<uint8_t*>(panel + pl.wq);
   auto* dwp = reinterpret_cast<float*>(panel + pl.dw);
@@ -317,10 +315,10 @@ STRATA_VNNI inline void emit_step(const WeightFormat& f, uint8_t* out, int64_t t
   if (f.nibbles) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     _mm512_store_si512(out + t * 128, _mm512_and_si512(q, low4));
-    _mm512_store_si512(out + (t + hi_off) * 128,
-                       _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+    _mm512_store_si512(out + (t + hi_off) * 128, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
   } else if (f.signed_q) {
-    _mm512_store_si512(out + t * 128, _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80))));
+    _mm512_store_si512(out + t * 128,
+                       _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80))));
   } else {
     _mm512_store_si512(out + t * 128, q);
   }
@@ -343,9 +341,9 @@ STRATA_VNNI void pack_panel_full(const WeightFormat& f, const void* w, size_t w_
   const int64_t qs_bytes = f.nibbles ? g_sz / 2 : g_sz;
   const int64_t steps_per_dword_row = f.nibbles ? g_sz / 8 : 0;  // hi nibble step offset
   const auto* base = static_cast<const uint8_t*>(w) + static_cast<size_t>(j0) * w_row_bytes;
-  const __m512i row_idx = _mm512_mullo_epi32(
-      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-      _mm512_set1_epi32(static_cast<int32_t>(w_row_bytes)));
+  const __m512i row_idx =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(static_cast<int32_t>(w_row_bytes)));
   // The next panel: prefetched a share per group.
   const bool ahead = j0 + 2 * kTileRows <= n;
   const char* next = reinterpret_cast<const char*>(base) + kTileRows * w_row_bytes;
@@ -368,17 +366,21 @@ STRATA_VNNI void pack_panel_full(const WeightFormat& f, const void* w, size_t w_
       if (qs_bytes == 16) {
         // 16 rows x 4 dwords: four rows per register, a dword transpose within
         // each 128-bit lane, then a 4 x 4 transpose of the lanes.
-        const __m512i lane_t = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+        const __m512i lane_t =
+            _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
         __m512i r4[4];
         for (int64_t i = 0; i < 4; ++i) {
           __m512i x = _mm512_castsi128_si512(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i) * w_row_bytes)));
           x = _mm512_inserti32x4(
-              x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i + 1) * w_row_bytes)), 1);
+              x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i + 1) * w_row_bytes)),
+              1);
           x = _mm512_inserti32x4(
-              x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i + 2) * w_row_bytes)), 2);
+              x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i + 2) * w_row_bytes)),
+              2);
           x = _mm512_inserti32x4(
-              x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i + 3) * w_row_bytes)), 3);
+              x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (4 * i + 3) * w_row_bytes)),
+              3);
           r4[i] = _mm512_permutexvar_epi32(lane_t, x);
         }
         const __m512i a01 = _mm512_shuffle_i32x4(r4[0], r4[1], 0x44);
@@ -396,7 +398,8 @@ STRATA_VNNI void pack_panel_full(const WeightFormat& f, const void* w, size_t w_
           const int64_t bytes = std::min<int64_t>(64, qs_bytes - h);
           const __mmask64 mk = bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1;
           __m512i t[16];
-          for (int64_t r = 0; r < 16; ++r) t[r] = _mm512_maskz_loadu_epi8(mk, q + r * w_row_bytes + h);
+          for (int64_t r = 0; r < 16; ++r)
+            t[r] = _mm512_maskz_loadu_epi8(mk, q + r * w_row_bytes + h);
           transpose16_epi32(t);
           uint8_t* out = wq + (g * g_steps * 2 + v) * 64;
           for (int64_t s = 0; s < bytes / 4; ++s) {
@@ -461,7 +464,9 @@ STRATA_VNNI void tile_vnni(const char* panel, const PanelLayout& pl, int64_t k, 
     }
   }
   const __mmask16 m0 = nn >= 16 ? 0xffff : static_cast<__mmask16>((1u << nn) - 1);
-  const __mmask16 m1 = nn >= 32 ? 0xffff : nn <= 16 ? 0 : static_cast<__mmask16>((1u << (nn - 16)) - 1);
+  const __mmask16 m1 = nn >= 32   ? 0xffff
+                       : nn <= 16 ? 0
+                                  : static_cast<__mmask16>((1u << (nn - 16)) - 1);
   __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
   if (bias != nullptr) {
     b0 = _mm512_maskz_loadu_ps(m0, bias);
@@ -469,7 +474,8 @@ STRATA_VNNI void tile_vnni(const char* panel, const PanelLayout& pl, int64_t k, 
   }
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r) {
-    _mm512_mask_storeu_ps(y + r * y_stride, m0, bias != nullptr ? _mm512_add_ps(acc[r][0], b0) : acc[r][0]);
+    _mm512_mask_storeu_ps(y + r * y_stride, m0,
+                          bias != nullptr ? _mm512_add_ps(acc[r][0], b0) : acc[r][0]);
     _mm512_mask_storeu_ps(y + r * y_stride + 16, m1,
                           bias != nullptr ? _mm512_add_ps(acc[r][1], b1) : acc[r][1]);
   }
@@ -559,7 +565,7 @@ size_t matmul_int8_panel_bytes(int64_t k, int64_t group) {
 Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
                    DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
                    int64_t k, void* x_ws, void* const* panels, int n_threads) {
-  if (!is_quantized(w_dtype)) return Status::kUnsupported;
+  if (!is_quantized(w_dtype) || dtype_info(w_dtype).dequant_only) return Status::kUnsupported;
   const WeightFormat f = weight_format(w_dtype);
   const int64_t g_sz = f.group;
   const int64_t ng = k / g_sz;
@@ -654,7 +660,8 @@ void matmul_int8_ref(float* y, int64_t y_stride, const float* x, int64_t x_strid
       dw[static_cast<size_t>(j * ng + g)] = d;
       mw[static_cast<size_t>(j * ng + g)] = mn;
       for (int64_t e = 0; e < g_sz; ++e) {
-        c[static_cast<size_t>(j * k + g * g_sz + e)] = static_cast<int32_t>(u[static_cast<size_t>(e)]) - f.bias;
+        c[static_cast<size_t>(j * k + g * g_sz + e)] =
+            static_cast<int32_t>(u[static_cast<size_t>(e)]) - f.bias;
       }
     }
   }

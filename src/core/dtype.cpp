@@ -29,7 +29,8 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 std::optional<DType> quant_dtype(int bits, bool symmetric, int group) {
   for (size_t i = 0; i < kInfo.size(); ++i) {
     const auto& d = kInfo[i];
-    if (d.quantized && d.bits == bits && d.symmetric == symmetric && d.block_elems == group) {
+    if (d.quantized && !d.dequant_only && d.bits == bits && d.symmetric == symmetric &&
+        d.block_elems == group) {
       return static_cast<DType>(i);
     }
   }

@@ -9,6 +9,11 @@
 //   Q8A<G>: asymmetric 8-bit, x = d*q + m, q in [0,255]
 //   Q4S<G>: symmetric 4-bit, x = d*(q-8), q in [0,15]       (Q4S32 == GGUF Q4_0)
 //   Q4A<G>: asymmetric 4-bit, x = d*q + m, q in [0,15]      (Q4A32 == GGUF Q4_1)
+//
+// GGUF-only formats, read from model files and never written (dequant_only;
+// quant/gguf_blocks.h has their layouts and arithmetic): Q5_0, Q5_1, and the
+// K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K (super-blocks of 256 values
+// with 6- or 8-bit sub-block scales).
 #pragma once
 
 #include <array>
@@ -35,6 +40,14 @@ enum class DType : uint8_t {
   kQ4A32,
   kQ4A64,
   kQ4A128,
+  kQ5_0,
+  kQ5_1,
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ8_K,
   kCount,
 };
 
@@ -45,11 +58,12 @@ inline constexpr DType kQ4_1 = DType::kQ4A32;
 
 struct DTypeInfo {
   std::string_view name;  // "f32", "q4a32", ...
-  int block_elems;         // 1 for plain types
-  int block_bytes;         // bytes of one block (the element size for plain types)
-  int bits;                // bits per stored integer (0 for float types)
+  int block_elems;        // 1 for plain types
+  int block_bytes;        // bytes of one block (the element size for plain types)
+  int bits;               // bits per stored integer (0 for float types)
   bool quantized;
-  bool symmetric;          // quantized only: scale alone, no minimum
+  bool symmetric;             // quantized only: scale alone, no minimum
+  bool dequant_only = false;  // a GGUF format Strata reads but never writes
 };
 
 const DTypeInfo& dtype_info(DType t);
@@ -71,6 +85,14 @@ inline constexpr std::array<DTypeInfo, static_cast<size_t>(DType::kCount)> kDTyp
     {"q4a32", 32, 4 + 16, 4, true, false},
     {"q4a64", 64, 4 + 32, 4, true, false},
     {"q4a128", 128, 4 + 64, 4, true, false},
+    {"q5_0", 32, 2 + 4 + 16, 5, true, true, true},
+    {"q5_1", 32, 2 + 2 + 4 + 16, 5, true, false, true},
+    {"q2_k", 256, 16 + 64 + 2 + 2, 2, true, false, true},
+    {"q3_k", 256, 32 + 64 + 12 + 2, 3, true, true, true},
+    {"q4_k", 256, 2 + 2 + 12 + 128, 4, true, false, true},
+    {"q5_k", 256, 2 + 2 + 12 + 32 + 128, 5, true, false, true},
+    {"q6_k", 256, 128 + 64 + 16 + 2, 6, true, true, true},
+    {"q8_k", 256, 4 + 256 + 32, 8, true, true, true},
 }};
 }  // namespace detail
 
@@ -81,8 +103,12 @@ constexpr const DTypeInfo& dtype_info_constexpr(DType t) {
   return detail::kDTypeInfo[static_cast<size_t>(t)];
 }
 
-inline std::string_view dtype_name(DType t) { return dtype_info(t).name; }
-inline bool is_quantized(DType t) { return dtype_info(t).quantized; }
+inline std::string_view dtype_name(DType t) {
+  return dtype_info(t).name;
+}
+inline bool is_quantized(DType t) {
+  return dtype_info(t).quantized;
+}
 // Parses a name from dtype_name(); nullopt when unknown.
 std::optional<DType> dtype_from_name(std::string_view name);
 

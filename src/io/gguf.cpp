@@ -58,16 +58,21 @@ int scalar_size(GgufType t) {
   switch (t) {
     case GgufType::kU8:
     case GgufType::kI8:
-    case GgufType::kBool: return 1;
+    case GgufType::kBool:
+      return 1;
     case GgufType::kU16:
-    case GgufType::kI16: return 2;
+    case GgufType::kI16:
+      return 2;
     case GgufType::kU32:
     case GgufType::kI32:
-    case GgufType::kF32: return 4;
+    case GgufType::kF32:
+      return 4;
     case GgufType::kU64:
     case GgufType::kI64:
-    case GgufType::kF64: return 8;
-    default: return 0;
+    case GgufType::kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -81,12 +86,16 @@ bool is_int_type(GgufType t) {
     case GgufType::kI32:
     case GgufType::kU64:
     case GgufType::kI64:
-    case GgufType::kBool: return true;
-    default: return false;
+    case GgufType::kBool:
+      return true;
+    default:
+      return false;
   }
 }
 
-bool known_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kF64); }
+bool known_type(uint32_t t) {
+  return t <= static_cast<uint32_t>(GgufType::kF64);
+}
 
 // Decodes one scalar at `p` (size checked by the caller).
 void decode_scalar(GgufType t, const std::byte* p, GgufValue& v) {
@@ -95,18 +104,50 @@ void decode_scalar(GgufType t, const std::byte* p, GgufValue& v) {
     return x;
   };
   switch (t) {
-    case GgufType::kU8: v.u = get(uint8_t{}); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::kI8: v.i = get(int8_t{}); v.u = static_cast<uint64_t>(v.i); break;
-    case GgufType::kBool: v.u = get(uint8_t{}) != 0; v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::kU16: v.u = get(uint16_t{}); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::kI16: v.i = get(int16_t{}); v.u = static_cast<uint64_t>(v.i); break;
-    case GgufType::kU32: v.u = get(uint32_t{}); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::kI32: v.i = get(int32_t{}); v.u = static_cast<uint64_t>(v.i); break;
-    case GgufType::kU64: v.u = get(uint64_t{}); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::kI64: v.i = get(int64_t{}); v.u = static_cast<uint64_t>(v.i); break;
-    case GgufType::kF32: v.f = get(float{}); break;
-    case GgufType::kF64: v.f = get(double{}); break;
-    default: break;
+    case GgufType::kU8:
+      v.u = get(uint8_t{});
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::kI8:
+      v.i = get(int8_t{});
+      v.u = static_cast<uint64_t>(v.i);
+      break;
+    case GgufType::kBool:
+      v.u = get(uint8_t{}) != 0;
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::kU16:
+      v.u = get(uint16_t{});
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::kI16:
+      v.i = get(int16_t{});
+      v.u = static_cast<uint64_t>(v.i);
+      break;
+    case GgufType::kU32:
+      v.u = get(uint32_t{});
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::kI32:
+      v.i = get(int32_t{});
+      v.u = static_cast<uint64_t>(v.i);
+      break;
+    case GgufType::kU64:
+      v.u = get(uint64_t{});
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::kI64:
+      v.i = get(int64_t{});
+      v.u = static_cast<uint64_t>(v.i);
+      break;
+    case GgufType::kF32:
+      v.f = get(float{});
+      break;
+    case GgufType::kF64:
+      v.f = get(double{});
+      break;
+    default:
+      break;
   }
 }
 
@@ -114,43 +155,81 @@ void decode_scalar(GgufType t, const std::byte* p, GgufValue& v) {
 
 std::string_view gguf_type_name(GgufType t) {
   switch (t) {
-    case GgufType::kU8: return "uint8";
-    case GgufType::kI8: return "int8";
-    case GgufType::kU16: return "uint16";
-    case GgufType::kI16: return "int16";
-    case GgufType::kU32: return "uint32";
-    case GgufType::kI32: return "int32";
-    case GgufType::kF32: return "float32";
-    case GgufType::kBool: return "bool";
-    case GgufType::kString: return "string";
-    case GgufType::kArray: return "array";
-    case GgufType::kU64: return "uint64";
-    case GgufType::kI64: return "int64";
-    case GgufType::kF64: return "float64";
+    case GgufType::kU8:
+      return "uint8";
+    case GgufType::kI8:
+      return "int8";
+    case GgufType::kU16:
+      return "uint16";
+    case GgufType::kI16:
+      return "int16";
+    case GgufType::kU32:
+      return "uint32";
+    case GgufType::kI32:
+      return "int32";
+    case GgufType::kF32:
+      return "float32";
+    case GgufType::kBool:
+      return "bool";
+    case GgufType::kString:
+      return "string";
+    case GgufType::kArray:
+      return "array";
+    case GgufType::kU64:
+      return "uint64";
+    case GgufType::kI64:
+      return "int64";
+    case GgufType::kF64:
+      return "float64";
   }
   return "unknown";
 }
 
 std::optional<DType> dtype_from_ggml_type(uint32_t t) {
   switch (t) {
-    case 0: return DType::kF32;
-    case 1: return DType::kF16;
-    case 2: return kQ4_0;
-    case 3: return kQ4_1;
-    case 8: return kQ8_0;
-    case 24: return DType::kI8;
-    case 26: return DType::kI32;
-    case 30: return DType::kBF16;
-    default: return std::nullopt;
+    case 0:
+      return DType::kF32;
+    case 1:
+      return DType::kF16;
+    case 2:
+      return kQ4_0;
+    case 3:
+      return kQ4_1;
+    case 6:
+      return DType::kQ5_0;
+    case 7:
+      return DType::kQ5_1;
+    case 8:
+      return kQ8_0;
+    case 10:
+      return DType::kQ2_K;
+    case 11:
+      return DType::kQ3_K;
+    case 12:
+      return DType::kQ4_K;
+    case 13:
+      return DType::kQ5_K;
+    case 14:
+      return DType::kQ6_K;
+    case 15:
+      return DType::kQ8_K;
+    case 24:
+      return DType::kI8;
+    case 26:
+      return DType::kI32;
+    case 30:
+      return DType::kBF16;
+    default:
+      return std::nullopt;
   }
 }
 
 std::string ggml_type_name(uint32_t t) {
-  static const char* kNames[] = {"F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0",
-                                 "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-                                 "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
-                                 "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",
-                                 "I64", "F64", "IQ1_M", "BF16"};
+  static const char* kNames[] = {
+      "F32",     "F16",    "Q4_0",    "Q4_1",  "Q4_2",   "Q4_3",  "Q5_0",  "Q5_1",
+      "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
+      "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
+      "I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16"};
   if (t < std::size(kNames)) return kNames[t];
   return "type " + std::to_string(t);
 }
@@ -177,7 +256,8 @@ void GgufFile::parse() {
   const uint64_t n_kv = c.read<uint64_t>("the metadata count");
   // Each key/value takes at least 8+4 bytes and each tensor info 8+4+4+8.
   if (n_kv > file_.size() / 12) fail("{}: metadata count {} cannot fit in the file", p, n_kv);
-  if (n_tensors > file_.size() / 24) fail("{}: tensor count {} cannot fit in the file", p, n_tensors);
+  if (n_tensors > file_.size() / 24)
+    fail("{}: tensor count {} cannot fit in the file", p, n_tensors);
 
   kv_.reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; ++k) {
@@ -250,9 +330,10 @@ void GgufFile::parse() {
     info.ggml_type = c.read<uint32_t>(info.name);
     auto dt = dtype_from_ggml_type(info.ggml_type);
     if (!dt) {
-      fail("{}: tensor '{}' has type {}, which Strata does not read (supported: F32, F16, BF16, "
-           "Q8_0, Q4_0, Q4_1)",
-           p, info.name, ggml_type_name(info.ggml_type));
+      fail(
+          "{}: tensor '{}' has type {}, which Strata does not read (supported: F32, F16, BF16, "
+          "Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K)",
+          p, info.name, ggml_type_name(info.ggml_type));
     }
     info.dtype = *dt;
     if (!row_elems_ok(info.dtype, ne[0])) {
@@ -279,9 +360,10 @@ void GgufFile::parse() {
   const uint64_t data_size = file_.size() - std::min(data_offset_, file_.size());
   for (auto& info : tensors_) {
     if (info.offset > data_size || info.nbytes > data_size - info.offset) {
-      fail("{}: tensor '{}' data [{}, +{}) lies past the end of the file; the file is truncated "
-           "or corrupt",
-           p, info.name, info.offset, info.nbytes);
+      fail(
+          "{}: tensor '{}' data [{}, +{}) lies past the end of the file; the file is truncated "
+          "or corrupt",
+          p, info.name, info.offset, info.nbytes);
     }
     info.offset += data_offset_;
   }
@@ -312,7 +394,8 @@ std::optional<int64_t> GgufFile::get_int(std::string_view key) const {
   const GgufValue* v = find(key);
   if (!v) return std::nullopt;
   if (!is_int_type(v->type)) {
-    fail("{}: metadata '{}' has type {}, expected an integer", path(), key, gguf_type_name(v->type));
+    fail("{}: metadata '{}' has type {}, expected an integer", path(), key,
+         gguf_type_name(v->type));
   }
   if (v->type == GgufType::kU64 && v->u > static_cast<uint64_t>(INT64_MAX)) {
     fail("{}: metadata '{}' value {} is out of range", path(), key, v->u);
@@ -347,7 +430,8 @@ std::optional<std::string_view> GgufFile::get_string(std::string_view key) const
   return v->str;
 }
 
-std::optional<std::vector<std::string_view>> GgufFile::get_string_array(std::string_view key) const {
+std::optional<std::vector<std::string_view>> GgufFile::get_string_array(
+    std::string_view key) const {
   const GgufValue* v = find(key);
   if (!v) return std::nullopt;
   if (v->type != GgufType::kArray || v->elem_type != GgufType::kString) {

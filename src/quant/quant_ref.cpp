@@ -2,6 +2,8 @@
 // the rules in quant_ref.h. Speed is not a goal here.
 #include "quant/quant_ref.h"
 
+#include "quant/gguf_blocks.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -176,6 +178,7 @@ void quantize_row_ref(DType t, const float* x, void* y, int64_t n) {
 }
 
 void dequantize_row_ref(DType t, const void* x, float* y, int64_t n) {
+  if (dtype_info(t).dequant_only) return dequantize_gguf_row_ref(t, x, y, n);
   const int64_t nb = n_blocks(t, n);
   visit_block_type(t, [&](auto* tag) {
     using B = std::remove_pointer_t<decltype(tag)>;
@@ -187,7 +190,7 @@ void dequantize_row_bf16_ref(DType t, const void* x, uint16_t* y, int64_t n) {
   const int64_t nb = n_blocks(t, n);
   const int g = dtype_info(t).block_elems;
   const size_t block_bytes = static_cast<size_t>(dtype_info(t).block_bytes);
-  float tmp[128];
+  float tmp[256];
   for (int64_t i = 0; i < nb; ++i) {
     dequantize_row_ref(t, static_cast<const uint8_t*>(x) + i * block_bytes, tmp, g);
     for (int j = 0; j < g; ++j) y[i * g + j] = f32_to_bf16(tmp[j]);

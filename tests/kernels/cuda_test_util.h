@@ -49,7 +49,6 @@ inline bool have_gpu() {
     }                                                                                          \
   } while (0)
 
-
 inline uint32_t bits_of(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -252,18 +251,19 @@ inline ::testing::AssertionResult same_bits(const std::vector<float>& out,
   return ::testing::AssertionSuccess();
 }
 
-
 inline std::vector<float> bytes_to_floats(const std::vector<uint8_t>& b) {
   std::vector<float> v(b.size() / 4);
   std::memcpy(v.data(), b.data(), v.size() * 4);
   return v;
 }
 
-// f32, f16, bf16 and every quantized format.
+// f32, f16, bf16 and every quantized format the CUDA kernels read (not the
+// GGUF-only ones).
 inline std::vector<DType> weight_types() {
   std::vector<DType> out = {DType::kF32, DType::kF16, DType::kBF16};
   for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
-    if (is_quantized(static_cast<DType>(i))) out.push_back(static_cast<DType>(i));
+    const DType t = static_cast<DType>(i);
+    if (is_quantized(t) && !dtype_info(t).dequant_only) out.push_back(t);
   }
   return out;
 }

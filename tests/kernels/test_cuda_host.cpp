@@ -38,7 +38,9 @@ float from_bits(uint32_t u) {
 std::vector<DType> quant_types() {
   std::vector<DType> out;
   for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
-    if (is_quantized(static_cast<DType>(i))) out.push_back(static_cast<DType>(i));
+    // Strata's block formats; the GGUF-only ones: tests/quant/test_gguf_kquants.cpp.
+    if (is_quantized(static_cast<DType>(i)) && !dtype_info(static_cast<DType>(i)).dequant_only)
+      out.push_back(static_cast<DType>(i));
   }
   return out;
 }

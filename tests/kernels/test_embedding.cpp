@@ -37,7 +37,11 @@ std::vector<char> make_table(DType t, int64_t n_vocab, int64_t d, size_t row_str
         f32_to_bf16_row(src, reinterpret_cast<uint16_t*>(dst), d);
         break;
       default:
-        quantize_row_ref(t, src, dst, d);
+        if (dtype_info(t).dequant_only) {
+          test::random_gguf_row(t, dst, d, seed + static_cast<uint32_t>(r));
+        } else {
+          quantize_row_ref(t, src, dst, d);
+        }
         break;
     }
   }

@@ -54,7 +54,11 @@ std::vector<char> make_w(DType t, int64_t n, int64_t k, size_t row_stride, uint3
         f32_to_bf16_row(src, reinterpret_cast<uint16_t*>(dst), k);
         break;
       default:
-        quantize_row_ref(t, src, dst, k);
+        if (dtype_info(t).dequant_only) {
+          test::random_gguf_row(t, dst, k, seed + static_cast<uint32_t>(j));
+        } else {
+          quantize_row_ref(t, src, dst, k);
+        }
         break;
     }
   }

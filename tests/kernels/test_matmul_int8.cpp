@@ -43,7 +43,9 @@ using test::kU32;
 std::vector<DType> quantized_dtypes() {
   std::vector<DType> v;
   for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
-    if (is_quantized(static_cast<DType>(i))) v.push_back(static_cast<DType>(i));
+    // Strata's block formats; the GGUF-only ones: tests/quant/test_gguf_kquants.cpp.
+    if (is_quantized(static_cast<DType>(i)) && !dtype_info(static_cast<DType>(i)).dequant_only)
+      v.push_back(static_cast<DType>(i));
   }
   return v;
 }
@@ -131,8 +133,7 @@ TEST(QuantizeRowInt8, FastEqualsReferenceBitForBit) {
     // id = 1 in group 5: q = x rounded half to even (-1.5 -> -2, -0.5 -> 0, 1.5 -> 2).
     for (int64_t e = 0; e < group; ++e) {
       const float v = x[static_cast<size_t>(5 * group + e)];
-      EXPECT_EQ(q[static_cast<size_t>(5 * group + e)], static_cast<int8_t>(std::nearbyint(v)))
-          << e;
+      EXPECT_EQ(q[static_cast<size_t>(5 * group + e)], static_cast<int8_t>(std::nearbyint(v))) << e;
     }
   }
 }
@@ -195,17 +196,17 @@ std::vector<float> check_int8(MatmulCache& cache, DType t, const Case& cs, uint3
   }
   const auto ref = test::to_double(y_ref);
   EXPECT_TRUE(test::all_close(
-      y.rows(), ref,
-      [&](size_t e) { return (ng + 4) * kU32 * a[e] + kU32 * std::fabs(ref[e]); }, "int8 matmul"));
+      y.rows(), ref, [&](size_t e) { return (ng + 4) * kU32 * a[e] + kU32 * std::fabs(ref[e]); },
+      "int8 matmul"));
   return y.rows();
 }
 
 TEST(MatmulInt8, MatchesReferenceEveryFormat) {
   MatmulCache cache;
   const std::vector<Case> cases = {
-      {1, 1, 1, false, 0, 0, 0},     {1, 33, 3, true, 2, 1, 2},   {3, 17, 1, false, 0, 0, 0},
-      {6, 32, 2, true, 0, 0, 0},     {7, 45, 5, true, 4, 3, 1},   {13, 64, 4, false, 0, 2, 0},
-      {32, 100, 3, true, 0, 0, 3},   {130, 37, 2, false, 6, 5, 0}, {250, 70, 1, true, 0, 0, 0},
+      {1, 1, 1, false, 0, 0, 0},   {1, 33, 3, true, 2, 1, 2},    {3, 17, 1, false, 0, 0, 0},
+      {6, 32, 2, true, 0, 0, 0},   {7, 45, 5, true, 4, 3, 1},    {13, 64, 4, false, 0, 2, 0},
+      {32, 100, 3, true, 0, 0, 3}, {130, 37, 2, false, 6, 5, 0}, {250, 70, 1, true, 0, 0, 0},
   };
   uint32_t seed = 100;
   for (int threads : {1, 2, 3}) {
@@ -218,7 +219,8 @@ TEST(MatmulInt8, MatchesReferenceEveryFormat) {
 }
 
 TEST(MatmulInt8, PortableLoopsGiveTheSameBits) {
-  if (!matmul_int8_native()) GTEST_SKIP() << "this CPU has no AVX512-VNNI: only the portable loops run";
+  if (!matmul_int8_native())
+    GTEST_SKIP() << "this CPU has no AVX512-VNNI: only the portable loops run";
   MatmulCache cache;
   const std::vector<Case> cases = {{5, 37, 3, true, 0, 0, 0}, {40, 70, 2, false, 2, 1, 1}};
   uint32_t seed = 900;
@@ -230,8 +232,7 @@ TEST(MatmulInt8, PortableLoopsGiveTheSameBits) {
       const auto portable = check_int8(cache, t, cs, seed);
       restrict_cpu_features(saved);
       ASSERT_EQ(native.size(), portable.size());
-      EXPECT_EQ(std::memcmp(native.data(), portable.data(), native.size() * 4), 0)
-          << dtype_name(t);
+      EXPECT_EQ(std::memcmp(native.data(), portable.data(), native.size() * 4), 0) << dtype_name(t);
       seed += 11;
     }
   }

@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "kernels/cuda_test_util.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/launch_plan.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda_test_util.h"
 #include "quant/quant_ref.h"
 
 namespace strata::cuda {
@@ -160,7 +160,7 @@ TEST_F(CudaMatmul, QuantizedWeightsBothPaths) {
   uint32_t seed = 100;
   for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
     const DType w = static_cast<DType>(i);
-    if (!is_quantized(w)) continue;
+    if (!is_quantized(w) || dtype_info(w).dequant_only) continue;  // GGUF-only: CPU only
     const int64_t g = dtype_info(w).block_elems;
     for (DType compute : {DType::kF32, DType::kBF16}) {
       check({w, compute, 1, 7, g, 0, 0, true}, seed += 3);                   // fused kernel

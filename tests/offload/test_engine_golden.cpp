@@ -1,5 +1,6 @@
 // The engine against transformers on the tiny fixtures (opt, llama, qwen2,
-// llama-gguf; tests/data/golden/*.json): f32 logits at the last 4 positions
+// llama-gguf, and the K-quant GGUFs llama-quantize wrote: Q4_K_M, Q5_K_M,
+// Q6_K; tests/data/golden/*.json): f32 logits at the last 4 positions
 // of the 3 prompts within max|d| <= 1e-4 max|logit| + 1e-5, the 16 greedy
 // tokens identical, batching (one block; micro-batches 2+1) giving the same
 // tokens as each prompt alone, and bf16 compute within its derived bound
@@ -17,9 +18,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "offload/engine_goldens.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
+#include "offload/engine_goldens.h"
 #include "offload/offload_engine.h"
 
 namespace strata {
@@ -168,7 +169,9 @@ TEST_P(Golden, Bf16LogitsWithinTheDerivedBound) {
               static_cast<long long>(n_layer));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::Values("opt", "llama", "qwen2", "llama-gguf"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
+                         ::testing::Values("opt", "llama", "qwen2", "llama-gguf", "kquant-q4_k_m",
+                                           "kquant-q5_k_m", "kquant-q6_k"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

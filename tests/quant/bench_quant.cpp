@@ -101,7 +101,7 @@ int run(int argc, char** argv) {
       std::printf(" [%s]\n", std::string(quant_isa_name(isa)).c_str());
       for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
         const DType t = static_cast<DType>(i);
-        if (!is_quantized(t)) continue;
+        if (!is_quantized(t) || dtype_info(t).dequant_only) continue;
         const double qb = static_cast<double>(row_bytes(t, n)) * inner;
         const Stat sq = measure(repeats, f32_bytes + qb, [&] {
           for (int r = 0; r < inner; ++r) k.quantize_row(t, x.data(), q.data(), n);
