@@ -27,8 +27,8 @@ DeviceCaps device_caps(const Backend& backend) {
   c.int8_matmul = backend.supports(BackendFeature::kInt8Matmul);
   c.quantized_kv = backend.supports(BackendFeature::kQuantizedKv);
   c.sparse_attention = backend.supports(BackendFeature::kSparseAttention);
-  // The CPU kernels (both CPU backends, the ones with integer products)
-  // read the GGUF-only formats; the CUDA kernels do not yet.
+  // The CPU backend (the one with integer products) reads the GGUF-only
+  // formats; CUDA, and the separate-memory backend standing in for it, do not.
   c.gguf_weights = c.int8_matmul;
   return c;
 }

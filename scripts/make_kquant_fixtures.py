@@ -13,7 +13,10 @@ dequantizes every tensor to float32).
 
 Writes tests/data/models/kquant/tiny-llama-{Q4_K_M,Q5_K_M,Q6_K}.gguf and
 tests/data/golden/kquant-{q4_k_m,q5_k_m,q6_k}.json. Deterministic (fixed
-seed; llama-quantize is deterministic for a given input).
+seed; llama-quantize is deterministic for a given input). When
+models/SmolLM2-135M-Instruct.Q4_K_M.gguf exists (scripts/make-demo-kquant.sh),
+also tests/data/golden/smollm2-q4_k_m.json: transformers' greedy
+completions of the demo prompts on that file.
 """
 import subprocess
 import sys
@@ -129,6 +132,31 @@ def main():
                               f"transformers LlamaForCausalLM loaded from the {qt} GGUF written by "
                               "llama-quantize (gguf_file=): every tensor dequantized to float32 "
                               "by gguf.quants; float32, eager attention, CPU")
+    demo_golden()
+
+
+def demo_golden():
+    name = "SmolLM2-135M-Instruct.Q4_K_M.gguf"
+    if not (mf.DEMO_DIR / name).exists():
+        print(f"  (no models/{name}: run scripts/make-demo-kquant.sh for the demo golden)")
+        return
+    fast = AutoTokenizer.from_pretrained(mf.DEMO_DIR, gguf_file=name)
+    model = mf.load_f32(mf.DEMO_DIR, gguf_file=name)
+    prompts = []
+    for text in mf.cases.SMOLLM2_PROMPTS:
+        ids = fast(text, add_special_tokens=False)["input_ids"]
+        gen, margins, same = mf.greedy(model, ids, mf.cases.N_GREEDY)
+        prompts.append({"text": text, "ids": ids, "greedy": gen, "greedy_text": fast.decode(gen),
+                        "greedy_margins": margins, "greedy_matches_kv_cache_generate": same})
+    mf.write_json(mf.GOLDEN / "smollm2-q4_k_m.json", {
+        "header": mf.header(),
+        "model": "../../models/" + name,
+        "requires_model": True,
+        "compute": "transformers LlamaForCausalLM loaded from the Q4_K_M GGUF (gguf_file=), every "
+                   "tensor dequantized to float32 by gguf.quants; float32, eager attention, CPU",
+        "greedy_method": mf.GREEDY_METHOD,
+        "prompts": prompts,
+    })
 
 
 if __name__ == "__main__":

@@ -127,7 +127,9 @@ TEST(GgufKQuants, ReadOnlyFormats) {
     for (bool sym : {false, true}) {
       for (int group : {32, 256}) {
         const auto t = quant_dtype(bits, sym, group);
-        if (t) EXPECT_FALSE(dtype_info(*t).dequant_only) << dtype_name(*t);
+        if (t) {
+          EXPECT_FALSE(dtype_info(*t).dequant_only) << dtype_name(*t);
+        }
       }
     }
   }
