@@ -126,6 +126,9 @@ LANGUAGE = [
     ("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Ada') }} {{ greet('Bob', punct='?') }}", {}),
     ("{% macro box() %}[{{ caller() }}]{% endmacro %}{% call box() %}inside{% endcall %}", {}),
     ("{% filter upper %}shout {{ 'this' }}{% endfilter %}", {}),
+    ("{% macro inner() %}{{ caller is defined }}{% endmacro %}{% macro outer(n) %}[{{ caller() }}|"
+     "{{ inner() }}|{{ n }}]{% endmacro %}{% call outer(1) %}x{% endcall %}{{ outer is defined }}",
+     {}),
     ("{{ none }} {{ true }} {{ 1.0 }} {{ 1.5e-7 }} {{ 10 / 4 }} {{ 7 // 2 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 1e16 }}", {}),
     ("{{ [1, 'a', none, true, 2.5] }} {{ {'k': 'v', 'n': [1]} }} {{ \"it's\" }} {{ ('t', 1) }}", {}),
     ("{{ 'abc'[1] }}{{ 'héllo'[1:3] }}{{ xs[-1] }}{{ xs[::-1] }}{{ xs[1:] }}{{ 'abcdef'[::2] }}", {"xs": [1, 2, 3]}),

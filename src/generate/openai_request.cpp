@@ -240,7 +240,7 @@ void read_body(const Body& body, const Json& json, PromptRecord& rec) {
   body.only_default("n", equals(1), "one completion per request: n = 1");
   body.only_default("stream", equals(false), "a batch answers whole: stream = false");
   body.only_default(
-      "logprobs", [](const Json& v) { return v == false || v == 0; },
+      "logprobs", [](const Json& v) { return v == false; },
       "log probabilities are not returned: logprobs = false");
   body.only_default("frequency_penalty", equals(0), "0 only; --repetition-penalty instead");
   body.only_default("presence_penalty", equals(0), "0 only; --repetition-penalty instead");

@@ -13,7 +13,8 @@
 // equal seeds give equal completions), "stop" (a string or up to 4 strings).
 // "model", "user", "metadata", "store", "service_tier" and "stream_options"
 // are accepted and do not change the output; "n" 1, "stream" false,
-// "logprobs" false / null / 0, "echo" false, "best_of" 1,
+// "logprobs" false / null (0 asks for the chosen tokens' log probabilities:
+// refused), "echo" false, "best_of" 1,
 // "frequency_penalty" / "presence_penalty" 0 and "suffix" null likewise.
 // Anything else, or another value of those, is an unsupported parameter.
 //

@@ -16,6 +16,12 @@ namespace {
 
 using Scope = std::unordered_map<std::string, Value>;
 
+// The scope a call block opens holds its caller under a name no template
+// can write, so only the macro it calls sees it (as `caller`).
+constexpr const char* kCallerKey =
+    "\x01"
+    "caller";
+
 struct LoopSignal {
   bool is_break;
 };
@@ -144,7 +150,7 @@ class Renderer {
       case Stmt::Kind::kCallBlock: {
         Value caller = make_macro(s, &s);
         scopes_.emplace_back();
-        scopes_.back()["caller"] = caller;
+        scopes_.back()[kCallerKey] = caller;  // for the macro this call block calls
         const Value r = eval(*s.expr);
         scopes_.pop_back();
         out += str(r);
@@ -215,7 +221,10 @@ class Renderer {
       // The macro sees the scopes that were there when it was defined.
       const size_t keep = std::min(depth, scopes_.size());
       std::vector<Scope> saved(scopes_.begin() + static_cast<std::ptrdiff_t>(keep), scopes_.end());
-      const Value caller = lookup("caller");
+      // `caller` is defined in a macro only when a call block called it.
+      const auto from_call_block = scopes_.back().find(kCallerKey);
+      const Value caller =
+          from_call_block == scopes_.back().end() ? Value::undefined() : from_call_block->second;
       scopes_.resize(keep);
       if (!call_block && !caller.is_undefined()) local["caller"] = caller;
       scopes_.push_back(std::move(local));

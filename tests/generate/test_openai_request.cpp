@@ -127,6 +127,8 @@ TEST(OpenAiRequest, ProblemsAreTheLinesErrors) {
   expect_error(chat_line("x", {{"messages", hi}, {"n", 2}}), "unsupported_parameter", "body.n");
   expect_error(chat_line("x", {{"messages", hi}, {"logprobs", true}}), "unsupported_parameter",
                "logprobs");
+  expect_error(completion_line("x", {{"prompt", "x"}, {"logprobs", 0}}), "unsupported_parameter",
+               "logprobs");
   expect_error(chat_line("x", {{"messages", hi}, {"stream", true}}), "unsupported_parameter",
                "stream");
   expect_error(chat_line("x", {{"messages", hi}, {"tools", json::array({{{"type", "function"}}})}}),
