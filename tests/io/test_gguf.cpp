@@ -226,8 +226,8 @@ TEST(Gguf, MalformedFilesAreRefused) {
   }
   {
     GgufBuilder b;
-    b.tensor(GgufTensorSpec{"q5", {32}, 6 /* Q5_0 */, Bytes(22, 0), std::nullopt});
-    check("unsupported tensor type", b, {"'q5'", "Q5_0"});
+    b.tensor(GgufTensorSpec{"iq2", {256}, 16 /* IQ2_XXS */, Bytes(66, 0), std::nullopt});
+    check("unsupported tensor type", b, {"'iq2'", "IQ2_XXS"});
     GgufBuilder c;
     c.tensor(GgufTensorSpec{"t999", {32}, 999, Bytes(32, 0), std::nullopt});
     check("unknown tensor type", c, {"'t999'", "999"});
