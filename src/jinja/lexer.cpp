@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace strata::jinja {
 namespace {
@@ -19,21 +20,7 @@ std::string rstrip(std::string_view s) {
 }
 
 void append_utf8(std::string& out, uint32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
+  tok::utf8_append(out, static_cast<char32_t>(c));
 }
 
 // Python's unicode-escape decoding of a string literal's body.
