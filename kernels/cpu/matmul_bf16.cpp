@@ -158,10 +158,7 @@ STRATA_BF16 inline void dequant32_gguf(const uint8_t* row, int64_t e0, __m512* l
     }
   } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
     const int j = static_cast<int>((e0 % G) / 32);  // sub-block: low nibbles when even
-    uint8_t sc, mn;
-    kquant_scale_min(j, b + 4, &sc, &mn);
-    const float d = f16_scalar(b) * static_cast<float>(sc);
-    const float m = f16_scalar(b + 2) * static_cast<float>(mn);
+    const auto [d, m] = kquant_sub_block(j, b + 4, f16_scalar(b), f16_scalar(b + 2));
     const uint8_t* qs = b + (T == DType::kQ4_K ? 16 : 48) + 32 * (j / 2);
     __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
     __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16));

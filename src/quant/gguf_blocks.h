@@ -102,6 +102,17 @@ inline void kquant_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) 
   }
 }
 
+// Q4_K / Q5_K: sub-block j's scale and minimum products, d * sc and dmin * mn
+// (what every value of the sub-block is multiplied by and has subtracted).
+struct KQuantSubBlock {
+  float d, m;
+};
+inline KQuantSubBlock kquant_sub_block(int j, const uint8_t* scales, float d, float dmin) {
+  uint8_t sc, mn;
+  kquant_scale_min(j, scales, &sc, &mn);
+  return {d * static_cast<float>(sc), dmin * static_cast<float>(mn)};
+}
+
 // Reference dequantization of a row of a GGUF-only format. x: row_bytes(t,
 // n) bytes at any address; y: [n] floats; n a multiple of the block size.
 void dequantize_gguf_row_ref(DType t, const void* x, float* y, int64_t n);

@@ -40,11 +40,8 @@ STRATA_AVX512 void q4_k_block(const uint8_t* p, float* y) {
   const __m128i lo_mask = _mm_set1_epi8(0x0F);
   const uint8_t* q = b.qs;
   for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
-    uint8_t sc, mn;
-    kquant_scale_min(is, b.scales, &sc, &mn);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-    kquant_scale_min(is + 1, b.scales, &sc, &mn);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
+    const auto [d1, m1] = kquant_sub_block(is, b.scales, d, dmin);
+    const auto [d2, m2] = kquant_sub_block(is + 1, b.scales, d, dmin);
     for (int h = 0; h < 2; ++h) {
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h));
       affine16(_mm_and_si128(raw, lo_mask), d1, m1, y + 16 * h);
@@ -62,11 +59,8 @@ STRATA_AVX512 void q5_k_block(const uint8_t* p, float* y) {
   const uint8_t* ql = b.qs;
   int bit = 0;
   for (int is = 0; is < 8; is += 2, ql += 32, y += 64, bit += 2) {
-    uint8_t sc, mn;
-    kquant_scale_min(is, b.scales, &sc, &mn);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-    kquant_scale_min(is + 1, b.scales, &sc, &mn);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
+    const auto [d1, m1] = kquant_sub_block(is, b.scales, d, dmin);
+    const auto [d2, m2] = kquant_sub_block(is + 1, b.scales, d, dmin);
     const __m128i u1 = _mm_set1_epi8(static_cast<char>(1 << bit));
     const __m128i u2 = _mm_set1_epi8(static_cast<char>(2 << bit));
     for (int h = 0; h < 2; ++h) {

@@ -101,11 +101,8 @@ void q4_k(const BlockQ4_K& b, float* y) {
   const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
   const uint8_t* q = b.qs;
   for (int j = 0, is = 0; j < kQK_K; j += 64, is += 2) {
-    uint8_t sc, mn;
-    kquant_scale_min(is, b.scales, &sc, &mn);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-    kquant_scale_min(is + 1, b.scales, &sc, &mn);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
+    const auto [d1, m1] = kquant_sub_block(is, b.scales, d, dmin);
+    const auto [d2, m2] = kquant_sub_block(is + 1, b.scales, d, dmin);
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
     q += 32;
@@ -117,11 +114,8 @@ void q5_k(const BlockQ5_K& b, float* y) {
   const uint8_t* ql = b.qs;
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0, is = 0; j < kQK_K; j += 64, is += 2) {
-    uint8_t sc, mn;
-    kquant_scale_min(is, b.scales, &sc, &mn);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-    kquant_scale_min(is + 1, b.scales, &sc, &mn);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
+    const auto [d1, m1] = kquant_sub_block(is, b.scales, d, dmin);
+    const auto [d2, m2] = kquant_sub_block(is + 1, b.scales, d, dmin);
     for (int l = 0; l < 32; ++l) {
       *y++ = d1 * static_cast<float>((ql[l] & 0xF) + ((b.qh[l] & u1) ? 16 : 0)) - m1;
     }
