@@ -506,7 +506,7 @@ Status run_matmul(MatmulCache::Impl& c, float* y, int64_t y_stride, const float*
 Status run_matmul_int8(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
                        int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
                        const float* bias, int64_t m, int64_t n, int64_t k) {
-  const int64_t group = dtype_info(w_dtype).block_elems;
+  const int64_t group = matmul_int8_group(w_dtype);
   const int64_t budget = omp_get_max_threads();
   const int n_threads =
       static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
@@ -601,8 +601,8 @@ Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, in
     return Status::kOk;
   }
   if (compute == ComputeType::kInt8) {
-    // The integer path reads Strata's block formats; GGUF-only ones multiply in bf16.
-    if (is_quantized(w_dtype) && !dtype_info(w_dtype).dequant_only) {
+    // The integer path reads the quantized formats but Q8_K; others multiply in bf16.
+    if (matmul_int8_ok(w_dtype)) {
       return run_matmul_int8(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias,
                              m, n, k);
     }

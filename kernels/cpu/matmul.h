@@ -34,7 +34,7 @@ enum class ComputeType : uint8_t {
   kF32,   // x and W in f32
   kBF16,  // x and W rounded to bf16 (nearest even), products accumulated in f32
   kInt8,  // quantized W: x quantized to int8 per weight group, integer products per
-          // group (kernels/cpu/matmul_int8.h); W in f32/f16/bf16: as kBF16
+          // group (kernels/cpu/matmul_int8.h); W in f32/f16/bf16 or Q8_K: as kBF16
 };
 
 // Token count from which the weight panel becomes the GEMM's left operand
@@ -77,8 +77,8 @@ Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, in
               int64_t n, int64_t k, ComputeType compute);
 
 // Scalar definition: W dequantized by quant's reference dequantizer, operands
-// rounded as `compute` says, products summed in double; kInt8 with quantized W:
-// matmul_int8_ref.
+// rounded as `compute` says, products summed in double; kInt8 with W of a type
+// matmul_int8_ok accepts: matmul_int8_ref.
 Status matmul_ref(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
                   DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
                   int64_t k, ComputeType compute);

@@ -11,68 +11,21 @@
 #endif
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/int8_weight_format.h"
 #include "kernels/cpu/parallel.h"
-#include "quant/blocks.h"
-#include "quant/quant_ref.h"
+#include "quant/gguf_integers.h"
 
 namespace strata::cpu {
 
 namespace {
 
-constexpr int64_t kTileRows = 32;       // weight rows of a panel: two vectors of 16
-constexpr int64_t kMaxMr = 6;           // rows of x per micro-tile
-constexpr int64_t kMChunk = 120;        // rows of x per pass over a panel (L2)
-constexpr float kTinyGroup = 0x1p-96f;  // a group with amax below this is zero
-constexpr int64_t kPrefetchRows = 6;    // weight rows read ahead of their unpacking
+constexpr int64_t kTileRows = 32;     // weight rows of a panel: two vectors of 16
+constexpr int64_t kMaxMr = 6;         // rows of x per micro-tile
+constexpr int64_t kMChunk = 120;      // rows of x per pass over a panel (L2)
+constexpr int64_t kPrefetchRows = 6;  // weight rows read ahead of their unpacking
 
 int64_t round_up(int64_t v, int64_t q) {
   return (v + q - 1) / q * q;
-}
-
-// The pieces of one quantized weight row for the integer products.
-struct WeightFormat {
-  int64_t group = 0;
-  int64_t block_bytes = 0;
-  bool nibbles = false;   // 4-bit
-  bool has_min = false;   // asymmetric: a minimum per block
-  bool signed_q = false;  // Q8S: q int8
-  int32_t bias = 0;       // c = u - bias for the unsigned u the kernel multiplies
-};
-
-WeightFormat weight_format(DType t) {
-  const DTypeInfo& info = dtype_info(t);
-  WeightFormat f;
-  f.group = info.block_elems;
-  f.block_bytes = info.block_bytes;
-  f.nibbles = info.bits == 4;
-  f.has_min = !info.symmetric;
-  f.signed_q = info.bits == 8 && info.symmetric;
-  f.bias = f.signed_q ? 128 : (f.nibbles && info.symmetric ? 8 : 0);
-  return f;
-}
-
-// Block b of a weight row: the unsigned integers u (c = u - bias) of its G
-// elements, its scale and minimum (0 when symmetric).
-void unpack_block(const WeightFormat& f, const uint8_t* block, uint8_t* u, float* dw, float* mw) {
-  uint16_t d = 0, m = 0;
-  std::memcpy(&d, block, 2);
-  const uint8_t* qs = block + 2;
-  if (f.has_min) {
-    std::memcpy(&m, block + 2, 2);
-    qs = block + 4;
-  }
-  *dw = f16_to_f32(d);
-  *mw = f.has_min ? f16_to_f32(m) : 0.0f;
-  if (f.nibbles) {
-    for (int64_t j = 0; j < f.group / 2; ++j) {
-      u[j] = qs[j] & 0x0f;
-      u[j + f.group / 2] = qs[j] >> 4;
-    }
-  } else {
-    for (int64_t j = 0; j < f.group; ++j) {
-      u[j] = f.signed_q ? static_cast<uint8_t>(qs[j] ^ 0x80) : qs[j];
-    }
-  }
 }
 
 // Offsets of the parts of the x workspace.
@@ -122,9 +75,10 @@ void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const Weigh
     std::vector<uint8_t> u(static_cast<size_t>(k));
     std::vector<float> dw(static_cast<size_t>(ng)), mw(static_cast<size_t>(ng));
     const auto* row = static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes;
-    for (int64_t g = 0; g < ng; ++g) {
-      unpack_block(f, row + g * f.block_bytes, u.data() + g * g_sz, &dw[static_cast<size_t>(g)],
-                   &mw[static_cast<size_t>(g)]);
+    const int64_t gpb = f.groups_per_block();
+    for (int64_t b = 0; b < k / f.block_elems; ++b) {
+      unpack_block(f, row + b * f.block_bytes, u.data() + b * f.block_elems, dw.data() + b * gpb,
+                   mw.data() + b * gpb);
     }
     for (int64_t i = 0; i < m; ++i) {
       float acc = 0.0f;
@@ -180,7 +134,7 @@ STRATA_VNNI void quantize_row_int8_avx512(const float* x, int64_t k, int64_t gro
     const float am = _mm512_reduce_max_ps(amax);
     float* d = dx + g0 / group;
     int32_t* s = sum + g0 / group;
-    if (bad != 0 || am < kTinyGroup) {
+    if (bad != 0 || am < kInt8TinyGroup) {
       *d = bad != 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
       *s = 0;
       std::memset(qx + g0, 0, static_cast<size_t>(group));
@@ -232,6 +186,18 @@ __attribute__((always_inline)) STRATA_VNNI inline void transpose16_epi32(__m512i
 STRATA_VNNI inline void unpack_row(const WeightFormat& f, const uint8_t* row, int64_t k, uint8_t* u,
                                    float* dw, float* mw, int64_t stride) {
   const int64_t g_sz = f.group;
+  if (f.gguf) {
+    const int64_t gpb = f.groups_per_block();
+    float bd[16], bm[16];
+    for (int64_t b = 0; b < k / f.block_elems; ++b) {
+      gguf_unpack_block(f.dtype, row + b * f.block_bytes, u + b * f.block_elems, bd, bm);
+      for (int64_t g = 0; g < gpb; ++g) {
+        dw[(b * gpb + g) * stride] = bd[g];
+        mw[(b * gpb + g) * stride] = bm[g];
+      }
+    }
+    return;
+  }
   const __m128i low4 = _mm_set1_epi8(0x0f);
   const __m128i flip = _mm_set1_epi8(static_cast<char>(f.signed_q ? 0x80 : 0));
   for (int64_t g = 0; g < k / g_sz; ++g) {
@@ -306,16 +272,34 @@ STRATA_VNNI void pack_panel(const WeightFormat& f, const void* w, size_t w_row_b
   }
 }
 
+// Bits 0..3 of each 32-bit lane of v as 0x10 or 0 in its bytes 0..3.
+STRATA_VNNI inline __m512i spread_fifth_bits(__m512i v) {
+  // The four shifted copies of x = v & 15 (x * (1 + 2^7 + 2^14 + 2^21)) do not
+  // overlap: bit i of x lands on bit 8 i.
+  const __m512i x = _mm512_and_si512(v, _mm512_set1_epi32(15));
+  const __m512i s = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x00204081));
+  return _mm512_slli_epi32(_mm512_and_si512(s, _mm512_set1_epi32(0x01010101)), 4);
+}
+
 // Stores dword-step t of a group's quantized bytes (16 rows x 4 bytes, as
 // loaded) as unsigned steps of the panel: 4-bit formats give step t (low
-// nibbles) and step t + hi_off (high nibbles), Q8S is shifted by 128.
+// nibbles) and step t + hi_off (high nibbles), Q5_0 / Q5_1 with their fifth
+// bits from qh (one 32-bit lane per row) added, Q8S is shifted by 128.
 // out: the group's first step of this vector; steps are 2 x 64 bytes apart.
 STRATA_VNNI inline void emit_step(const WeightFormat& f, uint8_t* out, int64_t t, int64_t hi_off,
-                                  __m512i q) {
+                                  __m512i q, __m512i qh) {
   if (f.nibbles) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    _mm512_store_si512(out + t * 128, _mm512_and_si512(q, low4));
-    _mm512_store_si512(out + (t + hi_off) * 128, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+    __m512i lo = _mm512_and_si512(q, low4);
+    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+    if (f.qh_off >= 0) {
+      // Step t holds values 4t .. 4t + 3, its high step values 16 + 4t ...
+      lo = _mm512_or_si512(lo, spread_fifth_bits(_mm512_srlv_epi32(qh, _mm512_set1_epi32(4 * t))));
+      hi = _mm512_or_si512(hi,
+                           spread_fifth_bits(_mm512_srlv_epi32(qh, _mm512_set1_epi32(16 + 4 * t))));
+    }
+    _mm512_store_si512(out + t * 128, lo);
+    _mm512_store_si512(out + (t + hi_off) * 128, hi);
   } else if (f.signed_q) {
     _mm512_store_si512(out + t * 128,
                        _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80))));
@@ -337,7 +321,7 @@ STRATA_VNNI void pack_panel_full(const WeightFormat& f, const void* w, size_t w_
   auto* wq = reinterpret_cast<uint8_t*>(panel + pl.wq);
   auto* dwp = reinterpret_cast<float*>(panel + pl.dw);
   auto* mwp = reinterpret_cast<float*>(panel + pl.mw);
-  const int64_t qs_off = f.has_min ? 4 : 2;
+  const int64_t qs_off = f.qs_off;
   const int64_t qs_bytes = f.nibbles ? g_sz / 2 : g_sz;
   const int64_t steps_per_dword_row = f.nibbles ? g_sz / 8 : 0;  // hi nibble step offset
   const auto* base = static_cast<const uint8_t*>(w) + static_cast<size_t>(j0) * w_row_bytes;
@@ -363,6 +347,8 @@ STRATA_VNNI void pack_panel_full(const WeightFormat& f, const void* w, size_t w_
                       f.has_min ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(sc, 16)))
                                 : _mm512_setzero_ps());
       const uint8_t* q = rows + qs_off;
+      const __m512i qh = f.qh_off >= 0 ? _mm512_i32gather_epi32(row_idx, rows + f.qh_off, 1)
+                                       : _mm512_setzero_si512();
       if (qs_bytes == 16) {
         // 16 rows x 4 dwords: four rows per register, a dword transpose within
         // each 128-bit lane, then a 4 x 4 transpose of the lanes.
@@ -388,10 +374,10 @@ STRATA_VNNI void pack_panel_full(const WeightFormat& f, const void* w, size_t w_
         const __m512i a23 = _mm512_shuffle_i32x4(r4[2], r4[3], 0x44);
         const __m512i b23 = _mm512_shuffle_i32x4(r4[2], r4[3], 0xee);
         uint8_t* out = wq + (g * g_steps * 2 + v) * 64;
-        emit_step(f, out, 0, steps_per_dword_row, _mm512_shuffle_i32x4(a01, a23, 0x88));
-        emit_step(f, out, 1, steps_per_dword_row, _mm512_shuffle_i32x4(a01, a23, 0xdd));
-        emit_step(f, out, 2, steps_per_dword_row, _mm512_shuffle_i32x4(b01, b23, 0x88));
-        emit_step(f, out, 3, steps_per_dword_row, _mm512_shuffle_i32x4(b01, b23, 0xdd));
+        emit_step(f, out, 0, steps_per_dword_row, _mm512_shuffle_i32x4(a01, a23, 0x88), qh);
+        emit_step(f, out, 1, steps_per_dword_row, _mm512_shuffle_i32x4(a01, a23, 0xdd), qh);
+        emit_step(f, out, 2, steps_per_dword_row, _mm512_shuffle_i32x4(b01, b23, 0x88), qh);
+        emit_step(f, out, 3, steps_per_dword_row, _mm512_shuffle_i32x4(b01, b23, 0xdd), qh);
       } else {
         // 16 rows x up to 16 dwords at a time: a full 16 x 16 transpose.
         for (int64_t h = 0; h < qs_bytes; h += 64) {
@@ -403,7 +389,7 @@ STRATA_VNNI void pack_panel_full(const WeightFormat& f, const void* w, size_t w_
           transpose16_epi32(t);
           uint8_t* out = wq + (g * g_steps * 2 + v) * 64;
           for (int64_t s = 0; s < bytes / 4; ++s) {
-            emit_step(f, out, h / 4 + s, steps_per_dword_row, t[s]);
+            emit_step(f, out, h / 4 + s, steps_per_dword_row, t[s], qh);
           }
         }
       }
@@ -495,6 +481,7 @@ constexpr TileFn kTiles[kMaxMr + 1] = {nullptr,
                                        tile_vnni<6, G, kAsym>};
 
 const TileFn* tiles_for(int64_t group, bool asym) {
+  if (group == 16) return asym ? kTiles<16, true> : kTiles<16, false>;
   if (group == 32) return asym ? kTiles<32, true> : kTiles<32, false>;
   if (group == 64) return asym ? kTiles<64, true> : kTiles<64, false>;
   return asym ? kTiles<128, true> : kTiles<128, false>;
@@ -504,35 +491,6 @@ const TileFn* tiles_for(int64_t group, bool asym) {
 #endif  // __x86_64__
 
 }  // namespace
-
-void quantize_row_int8_ref(const float* x, int64_t k, int64_t group, int8_t* qx, float* dx,
-                           int32_t* sum) {
-  for (int64_t g0 = 0; g0 < k; g0 += group) {
-    float amax = 0.0f;
-    bool bad = false;
-    for (int64_t e = 0; e < group; ++e) {
-      const float a = std::fabs(x[g0 + e]);
-      bad = bad || !std::isfinite(a);
-      amax = std::max(amax, a);
-    }
-    int32_t s = 0;
-    if (bad || amax < kTinyGroup) {
-      dx[g0 / group] = bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-      for (int64_t e = 0; e < group; ++e) qx[g0 + e] = 0;
-    } else {
-      dx[g0 / group] = amax / 127.0f;
-      const float id = 127.0f / amax;
-      for (int64_t e = 0; e < group; ++e) {
-        const float p = x[g0 + e] * id;
-        const float r = std::nearbyint(p);
-        const int32_t q = static_cast<int32_t>(std::clamp(r, -127.0f, 127.0f));
-        qx[g0 + e] = static_cast<int8_t>(q);
-        s += q;
-      }
-    }
-    sum[g0 / group] = s;
-  }
-}
 
 bool matmul_int8_native() {
 #if defined(__x86_64__)
@@ -554,6 +512,14 @@ void quantize_row_int8(const float* x, int64_t k, int64_t group, int8_t* qx, flo
   quantize_row_int8_ref(x, k, group, qx, dx, sum);
 }
 
+bool matmul_int8_ok(DType w_dtype) {
+  return int8_weights_ok(w_dtype);
+}
+
+int64_t matmul_int8_group(DType w_dtype) {
+  return weight_format(w_dtype).group;
+}
+
 size_t matmul_int8_x_bytes(int64_t m, int64_t k, int64_t group) {
   return x_layout(m, k, group).bytes;
 }
@@ -565,7 +531,7 @@ size_t matmul_int8_panel_bytes(int64_t k, int64_t group) {
 Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
                    DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
                    int64_t k, void* x_ws, void* const* panels, int n_threads) {
-  if (!is_quantized(w_dtype) || dtype_info(w_dtype).dequant_only) return Status::kUnsupported;
+  if (!int8_weights_ok(w_dtype)) return Status::kUnsupported;
   const WeightFormat f = weight_format(w_dtype);
   const int64_t g_sz = f.group;
   const int64_t ng = k / g_sz;
@@ -617,7 +583,8 @@ Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride,
       const int64_t mc = u / n_tiles, tile = u % n_tiles;
       const int64_t j0 = tile * kTileRows;
       if (packed != tile) {
-        if (j0 + kTileRows <= n && w_row_bytes * 16 < (size_t{1} << 31)) {
+        if ((!f.gguf || f.qh_off >= 0) && j0 + kTileRows <= n &&
+            w_row_bytes * 16 < (size_t{1} << 31)) {
           pack_panel_full(f, w, w_row_bytes, j0, n, k, pl, panel);
         } else {
           pack_panel(f, w, w_row_bytes, j0, n, k, pl, panel,
@@ -636,52 +603,6 @@ Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride,
   }
 #endif
   return Status::kOk;
-}
-
-void matmul_int8_ref(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
-                     DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
-                     int64_t k) {
-  const DTypeInfo& info = dtype_info(w_dtype);
-  const int64_t g_sz = info.block_elems;
-  const int64_t ng = k / g_sz;
-  std::vector<int8_t> qx(static_cast<size_t>(k));
-  std::vector<float> dx(static_cast<size_t>(ng));
-  std::vector<int32_t> t(static_cast<size_t>(ng));
-  // Stored integers c and scales of every weight row, from the block bytes.
-  std::vector<int32_t> c(static_cast<size_t>(n * k));
-  std::vector<double> dw(static_cast<size_t>(n * ng)), mw(static_cast<size_t>(n * ng));
-  const WeightFormat f = weight_format(w_dtype);
-  std::vector<uint8_t> u(static_cast<size_t>(g_sz));
-  for (int64_t j = 0; j < n; ++j) {
-    const auto* row = static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes;
-    for (int64_t g = 0; g < ng; ++g) {
-      float d = 0, mn = 0;
-      unpack_block(f, row + g * f.block_bytes, u.data(), &d, &mn);
-      dw[static_cast<size_t>(j * ng + g)] = d;
-      mw[static_cast<size_t>(j * ng + g)] = mn;
-      for (int64_t e = 0; e < g_sz; ++e) {
-        c[static_cast<size_t>(j * k + g * g_sz + e)] =
-            static_cast<int32_t>(u[static_cast<size_t>(e)]) - f.bias;
-      }
-    }
-  }
-  for (int64_t i = 0; i < m; ++i) {
-    quantize_row_int8_ref(x + i * x_stride, k, g_sz, qx.data(), dx.data(), t.data());
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = bias != nullptr ? bias[j] : 0.0;
-      for (int64_t g = 0; g < ng; ++g) {
-        int64_t s = 0;
-        for (int64_t e = 0; e < g_sz; ++e) {
-          s += static_cast<int64_t>(c[static_cast<size_t>(j * k + g * g_sz + e)]) *
-               qx[static_cast<size_t>(g * g_sz + e)];
-        }
-        const size_t jg = static_cast<size_t>(j * ng + g);
-        acc += static_cast<double>(dx[static_cast<size_t>(g)]) *
-               (dw[jg] * static_cast<double>(s) + mw[jg] * t[static_cast<size_t>(g)]);
-      }
-      y[i * y_stride + j] = static_cast<float>(acc);
-    }
-  }
 }
 
 }  // namespace strata::cpu

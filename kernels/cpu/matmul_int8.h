@@ -1,13 +1,17 @@
 // The int8 compute type of the CPU matmul (ComputeType::kInt8) for weights in
-// a group-wise quantized format (quant/blocks.h): integer dot products per
-// group, as llama.cpp's q4_1 x q8_1 dot does, instead of dequantizing W.
+// a group-wise quantized format (quant/blocks.h, and the GGUF-only formats
+// but Q8_K, quant/gguf_integers.h): integer dot products per group, as
+// llama.cpp's q4_1 x q8_1 and q4_K x q8_K dots do, instead of dequantizing W.
 //
 // Arithmetic (the definition; matmul_int8_ref is it in scalar code):
 //   1. Each row of x is quantized per group of G values, G the weight's group
 //      size (quantize_row_int8_ref below): x ~ dx * qx, qx int8 in [-127, 127].
-//   2. Each weight element is its stored integer c and its block's scale dw
-//      and minimum mw, so that w = dw * c + mw exactly as quant dequantizes it:
-//      Q8S c = q, Q4S c = q - 8 (mw = 0 for both), Q8A and Q4A c = q.
+//   2. Each weight element is its stored integer c and its group's scale dw
+//      and minimum mw, so that w = dw * c + mw exactly as quant dequantizes it
+//      (int8_weight_format.h): Q8S c = q, Q4S c = q - 8 (mw = 0 for both), Q8A
+//      and Q4A c = q; the K-quants' groups are their sub-blocks (G = 32 for
+//      Q4_K / Q5_K, 16 for Q2_K / Q3_K / Q6_K) with dw = d * sc, mw the
+//      negated dmin * mn where they have one.
 //   3. Per group g: S_g = sum c * qx and T_g = sum qx, exact integers, and
 //        y[i, j] = bias[j] + sum_g dx_g * (dw_g * S_g + mw_g * T_g)
 //      The fast path evaluates the sum in f32, group by group in order:
@@ -38,7 +42,7 @@ namespace strata::cpu {
 //   amax = max |x| of the group;
 //   a group holding a NaN or an infinity: dx = NaN, every qx = 0 (its
 //   products become NaN, as they are in f32 compute);
-//   amax == 0: dx = 0, every qx = 0;
+//   amax < kInt8TinyGroup: dx = 0, every qx = 0;
 //   otherwise dx = amax / 127, id = 127 / amax, qx = nearbyint(x * id) (round
 //   half to even), clamped to [-127, 127].
 //   sum = sum of the group's qx.
@@ -48,6 +52,14 @@ void quantize_row_int8_ref(const float* x, int64_t k, int64_t group, int8_t* qx,
 // The same, vectorised; bit for bit the reference.
 void quantize_row_int8(const float* x, int64_t k, int64_t group, int8_t* qx, float* dx,
                        int32_t* sum);
+
+// Activation groups with max |x| below this quantize to zero.
+inline constexpr float kInt8TinyGroup = 0x1p-96f;
+
+// Whether matmul_int8 reads weights of type t (every quantized type but Q8_K).
+bool matmul_int8_ok(DType w_dtype);
+// G for weights of type t: the values per weight scale, and per activation scale.
+int64_t matmul_int8_group(DType w_dtype);
 
 // Whether this CPU runs the int8 kernel with AVX512-VNNI (otherwise the
 // portable loops compute the same bits, slowly).

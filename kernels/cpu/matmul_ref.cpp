@@ -22,7 +22,7 @@ Status matmul_ref(float* y, int64_t y_stride, const float* x, int64_t x_stride, 
   }
   if (m == 0 || n == 0) return Status::kOk;
   if (compute == ComputeType::kInt8) {
-    if (is_quantized(w_dtype) && k > 0) {
+    if (matmul_int8_ok(w_dtype) && k > 0) {
       matmul_int8_ref(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k);
       return Status::kOk;
     }

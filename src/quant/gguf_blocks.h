@@ -117,7 +117,4 @@ inline KQuantSubBlock kquant_sub_block(int j, const uint8_t* scales, float d, fl
 // n) bytes at any address; y: [n] floats; n a multiple of the block size.
 void dequantize_gguf_row_ref(DType t, const void* x, float* y, int64_t n);
 
-// The fast path: the same floats (AVX-512 where the CPU has it).
-void dequantize_gguf_row(DType t, const void* x, float* y, int64_t n);
-
 }  // namespace strata

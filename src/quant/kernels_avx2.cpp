@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "quant/blocks.h"
+#include "quant/gguf_integers.h"
 #include "quant/group_params.h"
 #include "quant/isa.h"
 
@@ -321,8 +322,33 @@ STRATA_AVX2 void quantize_row_avx2(DType t, const float* x, void* y, int64_t n) 
   });
 }
 
+// The GGUF-only formats: each block as integers and scales
+// (gguf_integers.h), then 8 values per register: dw * float(u - bias), or
+// dw * float(u) + mw.
+template <typename Out>
+STRATA_AVX2 void dequantize_gguf_avx2(DType t, const void* x, Out* y, int64_t n) {
+  const GgufIntegers f = gguf_integers(t);
+  const DTypeInfo& info = dtype_info(t);
+  alignas(32) uint8_t u[256];
+  float dw[16], mw[16];
+  const __m256i bias = _mm256_set1_epi32(f.bias);
+  for (int64_t b = 0; b < n / info.block_elems; ++b) {
+    gguf_unpack_block(t, static_cast<const uint8_t*>(x) + b * info.block_bytes, u, dw, mw);
+    for (int64_t e = 0; e < info.block_elems; e += 8) {
+      const __m256i q =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(u + e)));
+      const __m256 d = _mm256_set1_ps(dw[e / f.group]);
+      const __m256 v = f.has_min ? _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)),
+                                                 _mm256_set1_ps(mw[e / f.group]))
+                                 : _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(q, bias)));
+      store8(y + b * info.block_elems + e, v);
+    }
+  }
+}
+
 template <typename Out>
 STRATA_AVX2 void dequantize_row_avx2(DType t, const void* x, Out* y, int64_t n) {
+  if (dtype_info(t).dequant_only) return dequantize_gguf_avx2(t, x, y, n);
   const int64_t nb = n / dtype_info(t).block_elems;
   visit_block_type(t, [&](auto* tag) {
     using B = std::remove_pointer_t<decltype(tag)>;

@@ -14,9 +14,11 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "quant/blocks.h"
+#include "quant/gguf_integers.h"
 #include "quant/group_params.h"
 #include "quant/isa.h"
 
@@ -310,8 +312,38 @@ STRATA_AVX512 void quantize_row_avx512(DType t, const float* x, void* y, int64_t
   });
 }
 
+// The GGUF-only formats: each block as integers and scales
+// (gguf_integers.h), then 16 values per register: dw * float(u - bias), or
+// dw * float(u) + mw.
+template <typename Out>
+STRATA_AVX512 void dequantize_gguf_avx512(DType t, const void* x, Out* y, int64_t n) {
+  const GgufIntegers f = gguf_integers(t);
+  const DTypeInfo& info = dtype_info(t);
+  alignas(64) uint8_t u[256];
+  float dw[16], mw[16];
+  const __m512i bias = _mm512_set1_epi32(f.bias);
+  for (int64_t b = 0; b < n / info.block_elems; ++b) {
+    gguf_unpack_block(t, static_cast<const uint8_t*>(x) + b * info.block_bytes, u, dw, mw);
+    for (int64_t e = 0; e < info.block_elems; e += 16) {
+      const __m512i q =
+          _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + e)));
+      const __m512 d = _mm512_set1_ps(dw[e / f.group]);
+      const __m512 v = f.has_min ? _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q)),
+                                                 _mm512_set1_ps(mw[e / f.group]))
+                                 : _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q, bias)));
+      Out* out = y + b * info.block_elems + e;
+      if constexpr (std::is_same_v<Out, float>) {
+        _mm512_storeu_ps(out, v);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), f32_to_bf16_x16(v));
+      }
+    }
+  }
+}
+
 template <typename Out>
 STRATA_AVX512 void dequantize_row_avx512(DType t, const void* x, Out* y, int64_t n) {
+  if (dtype_info(t).dequant_only) return dequantize_gguf_avx512(t, x, y, n);
   const int64_t nb = n / dtype_info(t).block_elems;
   visit_block_type(t, [&](auto* tag) {
     using B = std::remove_pointer_t<decltype(tag)>;

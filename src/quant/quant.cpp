@@ -2,11 +2,8 @@
 // variant chosen in isa.cpp.
 #include "quant/quant.h"
 
-#include <vector>
-
 #include "core/error.h"
 #include "quant/convert.h"
-#include "quant/gguf_blocks.h"
 #include "quant/isa.h"
 
 namespace strata {
@@ -25,23 +22,6 @@ void check_writable(DType t) {
                     dtype_name(t));
 }
 
-bool gguf_only(DType t) {
-  return dtype_info(t).dequant_only;
-}
-
-// The GGUF-only formats in bf16: dequantized to f32 a block at a time, then
-// rounded (the reference's definition).
-void dequantize_gguf_row_bf16(DType t, const void* x, uint16_t* y, int64_t n) {
-  const int64_t g = dtype_info(t).block_elems;
-  const size_t bytes = static_cast<size_t>(dtype_info(t).block_bytes);
-  float tmp[256];
-  for (int64_t i = 0; i < n; i += g) {
-    dequantize_gguf_row(t, static_cast<const uint8_t*>(x) + static_cast<size_t>(i / g) * bytes, tmp,
-                        g);
-    f32_to_bf16_row(tmp, y + i, g);
-  }
-}
-
 }  // namespace
 
 void quantize_row(DType t, const float* x, void* y, int64_t n) {
@@ -52,13 +32,11 @@ void quantize_row(DType t, const float* x, void* y, int64_t n) {
 
 void dequantize_row(DType t, const void* x, float* y, int64_t n) {
   check_row(t, n);
-  if (gguf_only(t)) return dequantize_gguf_row(t, x, y, n);
   quant_kernels().dequantize_row(t, x, y, n);
 }
 
 void dequantize_row_bf16(DType t, const void* x, uint16_t* y, int64_t n) {
   check_row(t, n);
-  if (gguf_only(t)) return dequantize_gguf_row_bf16(t, x, y, n);
   quant_kernels().dequantize_row_bf16(t, x, y, n);
 }
 
@@ -75,12 +53,6 @@ void quantize_rows(DType t, const float* x, int64_t x_stride, void* y, size_t y_
 void dequantize_rows(DType t, const void* x, size_t x_stride, float* y, int64_t y_stride,
                      int64_t n_rows, int64_t n) {
   check_row(t, n);
-  if (gguf_only(t)) {
-    for (int64_t r = 0; r < n_rows; ++r) {
-      dequantize_gguf_row(t, static_cast<const uint8_t*>(x) + r * x_stride, y + r * y_stride, n);
-    }
-    return;
-  }
   const auto& k = quant_kernels();
   for (int64_t r = 0; r < n_rows; ++r) {
     k.dequantize_row(t, static_cast<const uint8_t*>(x) + r * x_stride, y + r * y_stride, n);
@@ -90,13 +62,6 @@ void dequantize_rows(DType t, const void* x, size_t x_stride, float* y, int64_t 
 void dequantize_rows_bf16(DType t, const void* x, size_t x_stride, uint16_t* y, int64_t y_stride,
                           int64_t n_rows, int64_t n) {
   check_row(t, n);
-  if (gguf_only(t)) {
-    for (int64_t r = 0; r < n_rows; ++r) {
-      dequantize_gguf_row_bf16(t, static_cast<const uint8_t*>(x) + r * x_stride, y + r * y_stride,
-                               n);
-    }
-    return;
-  }
   const auto& k = quant_kernels();
   for (int64_t r = 0; r < n_rows; ++r) {
     k.dequantize_row_bf16(t, static_cast<const uint8_t*>(x) + r * x_stride, y + r * y_stride, n);

@@ -1,10 +1,9 @@
 // The int8 compute type (kernels/cpu/matmul_int8.h): the activation quantizer
 // against its reference bit for bit; matmul(kInt8) against matmul_int8_ref
-// for every quantized weight format on odd sizes (one and several micro-tiles,
-// panels and row chunks, strided rows, bias or none, 1..3 threads), every
-// element; the portable loops give the same bits as the AVX512-VNNI kernel;
-// and the whole mode against the f32 product, within the rounding of x to
-// int8.
+// for every quantized weight format it reads (Strata's and GGUF's) on odd sizes (one and several
+// micro-tiles, panels and row chunks, strided rows, bias or none, 1..3 threads), every element; the
+// portable loops give the same bits as the AVX512-VNNI kernel; and the whole mode against the f32
+// product, within the rounding of x to int8.
 //
 // Tolerance against the reference. The group sums S_g, T_g are exact
 // integers in both; the fast path then evaluates, per group in order,
@@ -28,6 +27,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_int8.h"
+#include "quant/gguf_integers.h"
 #include "quant/quant.h"
 #include "quant/quant_ref.h"
 #include "support/all_close.h"
@@ -40,13 +40,17 @@ namespace {
 using test::GuardedRows;
 using test::kU32;
 
+// Every quantized format the int8 path reads: Strata's and the GGUF-only ones
+// but Q8_K (which multiplies in bf16).
 std::vector<DType> quantized_dtypes() {
   std::vector<DType> v;
   for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
-    // Strata's block formats; the GGUF-only ones: tests/quant/test_gguf_kquants.cpp.
-    if (is_quantized(static_cast<DType>(i)) && !dtype_info(static_cast<DType>(i)).dequant_only)
-      v.push_back(static_cast<DType>(i));
+    const auto t = static_cast<DType>(i);
+    if (is_quantized(t) && t != DType::kQ8_K) v.push_back(t);
   }
+  EXPECT_TRUE(matmul_int8_ok(DType::kQ4_K) && matmul_int8_ok(DType::kQ6_K));
+  EXPECT_FALSE(matmul_int8_ok(DType::kQ8_K));
+  EXPECT_FALSE(matmul_int8_ok(DType::kBF16));
   return v;
 }
 
@@ -62,6 +66,23 @@ RowInts row_ints(DType t, const void* row, int64_t k) {
   const int64_t g = info.block_elems;
   RowInts r;
   r.c.resize(static_cast<size_t>(k));
+  if (info.dequant_only) {
+    // The GGUF-only formats: their integer form, itself tested against the
+    // reference dequantizer (tests/quant/test_gguf_integers.cpp).
+    const GgufIntegers f = gguf_integers(t);
+    std::vector<uint8_t> u(static_cast<size_t>(g));
+    std::vector<float> dw(static_cast<size_t>(g / f.group)), mw(dw.size());
+    for (int64_t b = 0; b < k / g; ++b) {
+      gguf_unpack_block_ref(t, static_cast<const uint8_t*>(row) + b * info.block_bytes, u.data(),
+                            dw.data(), mw.data());
+      for (int64_t e = 0; e < g; ++e) {
+        r.c[static_cast<size_t>(b * g + e)] = u[static_cast<size_t>(e)] - f.bias;
+      }
+      r.dw.insert(r.dw.end(), dw.begin(), dw.end());
+      r.mw.insert(r.mw.end(), mw.begin(), mw.end());
+    }
+    return r;
+  }
   for (int64_t b = 0; b < k / g; ++b) {
     const auto* blk = static_cast<const uint8_t*>(row) + b * info.block_bytes;
     uint16_t d = 0, m = 0;
@@ -92,13 +113,18 @@ std::vector<char> make_w(DType t, int64_t n, int64_t k, size_t stride, uint32_t 
   const auto vals = test::random_floats(static_cast<size_t>(n * k), lo, hi, seed);
   std::vector<char> w(stride * static_cast<size_t>(n), 0x5a);
   for (int64_t j = 0; j < n; ++j) {
-    quantize_row_ref(t, vals.data() + j * k, w.data() + static_cast<size_t>(j) * stride, k);
+    char* row = w.data() + static_cast<size_t>(j) * stride;
+    if (dtype_info(t).dequant_only) {
+      test::random_gguf_row(t, row, k, seed + static_cast<uint32_t>(j));  // no quantizer
+    } else {
+      quantize_row_ref(t, vals.data() + j * k, row, k);
+    }
   }
   return w;
 }
 
 TEST(QuantizeRowInt8, FastEqualsReferenceBitForBit) {
-  for (int64_t group : {32, 64, 128}) {
+  for (int64_t group : {16, 32, 64, 128}) {
     SCOPED_TRACE(group);
     const int64_t k = group * 7;
     auto x = test::random_floats(static_cast<size_t>(k), -3.0f, 3.0f, 17);
@@ -148,8 +174,8 @@ struct Case {
 // matmul(kInt8) against matmul_int8_ref, every element within the bound of
 // the file comment; returns the output for cross-checks.
 std::vector<float> check_int8(MatmulCache& cache, DType t, const Case& cs, uint32_t seed) {
-  const int64_t g = dtype_info(t).block_elems;
-  const int64_t k = cs.k_groups * g, m = cs.m, n = cs.n;
+  const int64_t g = matmul_int8_group(t);
+  const int64_t k = cs.k_groups * dtype_info(t).block_elems, m = cs.m, n = cs.n;
   SCOPED_TRACE(::testing::Message() << dtype_name(t) << " m=" << m << " n=" << n << " k=" << k
                                     << " bias=" << cs.bias << " threads=" << omp_get_max_threads());
   const size_t w_stride = row_bytes(t, k) + cs.w_pad;
@@ -273,8 +299,8 @@ TEST(MatmulInt8, WithinInt8RoundingOfF32) {
   MatmulCache cache;
   for (DType t : quantized_dtypes()) {
     SCOPED_TRACE(dtype_name(t));
-    const int64_t g = dtype_info(t).block_elems;
-    const int64_t m = 9, n = 41, k = 4 * g;
+    const int64_t g = matmul_int8_group(t);
+    const int64_t m = 9, n = 41, k = 4 * dtype_info(t).block_elems;
     const auto w = make_w(t, n, k, row_bytes(t, k), 21);
     const auto x = test::random_floats(static_cast<size_t>(m * k), -2.0f, 2.0f, 22);
     std::vector<float> y(static_cast<size_t>(m * n)), y32(y.size());

@@ -2,7 +2,7 @@
 // Q5_K, Q6_K dequantize to exactly (bit for bit) the float32 values gguf-py
 // gives for the same random blocks (tests/data/golden/gguf_quants.json,
 // scripts/make_gguf_quant_goldens.py), Q8_K to its definition d*q; the fast
-// path (AVX-512 for Q4_K/Q5_K/Q6_K) equals the reference on any CPU and at
+// path (this CPU's best variant; each one: test_gguf_integers.cpp) equals the reference at
 // odd addresses; the bf16 path rounds the reference; the formats are
 // read-only (no quantizer) and keep out of quant_dtype's choices.
 #include <gtest/gtest.h>

@@ -11,6 +11,8 @@
 //
 //   strata_bench_matmul [--quick] [--threads N] [--reps N] [--decode-only]
 //                       [--decode-m 1,8,32] [--compute f32|bf16|int8]
+//                       [--dtypes f32,q4_1,q5_0,q4_k,...]  (shapes whose k is not a
+//                       whole number of blocks are skipped)
 #include <omp.h>
 #include <dnnl.hpp>
 
@@ -137,7 +139,12 @@ Weights make_weights(DType t, int64_t n, int64_t k, std::mt19937& rng) {
         strata::f32_to_bf16_row(row.data(), reinterpret_cast<uint16_t*>(dst), k);
         break;
       default:
-        strata::quantize_row(t, row.data(), dst, k);
+        if (strata::dtype_info(t).dequant_only) {
+          // A read-only GGUF format: random bytes (their speed is what counts here).
+          for (size_t b = 0; b < w.row_bytes; ++b) dst[b] = static_cast<char>(rng());
+        } else {
+          strata::quantize_row(t, row.data(), dst, k);
+        }
         break;
     }
   }
@@ -161,6 +168,8 @@ int main(int argc, char** argv) {
   bool quick = false, decode_only = false;
   std::vector<int64_t> decode_ms = {32};
   std::vector<ComputeType> computes = {ComputeType::kF32, ComputeType::kBF16, ComputeType::kInt8};
+  std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16, strata::kQ4_1,
+                               strata::kQ8_0};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -179,6 +188,19 @@ int main(int argc, char** argv) {
       computes = {c == "bf16"   ? ComputeType::kBF16
                   : c == "int8" ? ComputeType::kInt8
                                 : ComputeType::kF32};
+    } else if (a == "--dtypes" && i + 1 < argc) {
+      dtypes.clear();
+      std::string list = argv[++i];
+      for (size_t p = 0; p <= list.size();) {
+        const size_t e = std::min(list.find(',', p), list.size());
+        const auto t = strata::dtype_from_name(list.substr(p, e - p));
+        if (!t) {
+          std::fprintf(stderr, "unknown dtype '%s'\n", list.substr(p, e - p).c_str());
+          return 2;
+        }
+        dtypes.push_back(*t);
+        p = e + 1;
+      }
     } else if (a == "--threads" && i + 1 < argc) {
       omp_set_num_threads(std::atoi(argv[++i]));
     } else if (a == "--reps" && i + 1 < argc) {
@@ -186,7 +208,7 @@ int main(int argc, char** argv) {
     } else {
       std::printf(
           "usage: %s [--quick] [--threads N] [--reps N] [--decode-only] [--decode-m 1,8,32] "
-          "[--compute f32|bf16|int8]\n",
+          "[--compute f32|bf16|int8] [--dtypes f32,q4_1,q4_k,...]\n",
           argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -210,8 +232,6 @@ int main(int argc, char** argv) {
   };
   const std::vector<Shape> shapes = {
       {576, 576}, {192, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
-  const std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16, strata::kQ4_1,
-                                     strata::kQ8_0};
   const std::vector<int64_t> ms =
       quick ? std::vector<int64_t>{1, 32, 512} : std::vector<int64_t>{1, 8, 32, 512};
   std::printf(
@@ -224,6 +244,7 @@ int main(int argc, char** argv) {
     for (DType t : dtypes) {
       if (quick && t == DType::kF16) continue;
       for (const Shape& s : shapes) {
+        if (!strata::row_elems_ok(t, s.k)) continue;  // K-quants: k a multiple of 256
         const Weights w = make_weights(t, s.n, s.k, rng);
         for (int64_t m : ms) {
           std::vector<float> x(static_cast<size_t>(m * s.k), 0.5f);

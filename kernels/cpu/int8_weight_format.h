@@ -1,0 +1,42 @@
+// A quantized weight row as the int8 matmul (matmul_int8.h) multiplies it:
+// unsigned integers u, c = u - bias the stored integer, and per group of G
+// values a scale dw and a minimum mw, so that w = dw * c + mw exactly as quant
+// dequantizes it. Strata's block formats (quant/blocks.h) hold one group per
+// block; the GGUF-only formats (quant/gguf_integers.h) a super-block of
+// several: Q4_K / Q5_K eight groups of 32, Q2_K / Q3_K / Q6_K sixteen of 16.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace strata::cpu {
+
+struct WeightFormat {
+  DType dtype = DType::kCount;
+  int64_t group = 0;        // G: values per scale, the activations' group too
+  int64_t block_elems = 0;  // values per block: G, or 256 for the K-quants
+  int64_t block_bytes = 0;
+  bool gguf = false;      // a GGUF-only format: unpacked by quant/gguf_integers.h
+  bool nibbles = false;   // Q4 and Q5_0 / Q5_1: low nibbles, then high nibbles
+  int64_t qs_off = 0;     // Strata formats, Q5_0 / Q5_1: where the quantized bytes start
+  int64_t qh_off = -1;    // Q5_0 / Q5_1: the 32 fifth bits (bit e of 4 bytes, value e)
+  bool has_min = false;   // asymmetric: a minimum per group
+  bool signed_q = false;  // Q8S: q int8
+  int32_t bias = 0;       // c = u - bias for the unsigned u the kernel multiplies
+
+  int64_t groups_per_block() const { return block_elems / group; }
+};
+
+// Whether the int8 matmul reads t: Strata's quantized formats and the GGUF-only
+// ones other than Q8_K (whose one scale per 256 values the kernel has no tile for).
+bool int8_weights_ok(DType t);
+
+// t: int8_weights_ok.
+WeightFormat weight_format(DType t);
+
+// One block: u [block_elems], dw and mw [groups_per_block()] (mw 0 when
+// symmetric). Scalar code.
+void unpack_block(const WeightFormat& f, const uint8_t* block, uint8_t* u, float* dw, float* mw);
+
+}  // namespace strata::cpu
