@@ -169,6 +169,20 @@ TEST_P(Golden, Bf16LogitsWithinTheDerivedBound) {
               static_cast<long long>(n_layer));
 }
 
+// The int8 compute dtype (activations rounded to int8 per weight group,
+// integer products with the quantized weights, K-quants included; float
+// weights as bf16): within its derived bound (engine_goldens.h).
+TEST_P(Golden, Int8LogitsWithinTheDerivedBound) {
+  const Fixture f = load_fixture(GetParam());
+  auto engine = make_engine(*f.model, options(DType::kI8));
+  const int64_t n_layer = engine->config().n_layer;
+  const Deviation d = check_logits(
+      f, *engine, [n_layer](double m) { return test::int8_logit_bound(n_layer, m); }, "int8");
+  std::printf("[ %s int8 ] max|d| %.4g = %.3g of max|logit| %.3g over %lld layers\n",
+              f.name.c_str(), d.max_abs_diff, d.max_abs_diff / d.max_abs_ref, d.max_abs_ref,
+              static_cast<long long>(n_layer));
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
                          ::testing::Values("opt", "llama", "qwen2", "llama-gguf", "kquant-q4_k_m",
                                            "kquant-q5_k_m", "kquant-q6_k"),

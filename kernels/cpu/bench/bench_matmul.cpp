@@ -106,8 +106,10 @@ double onednn_ceiling(dnnl::memory::data_type t, int64_t s) {
   });
   const double flop = 2.0 * s * s * s;
   std::printf("ceiling: oneDNN %s matmul %ldx%ldx%ld (%s): %.0f GFLOP/s (range %.0f-%.0f)\n",
-              int8 ? "u8s8" : t == memory::data_type::bf16 ? "bf16" : "f32 ", static_cast<long>(s),
-              static_cast<long>(s), static_cast<long>(s), pd.impl_info_str(),
+              int8                           ? "u8s8"
+              : t == memory::data_type::bf16 ? "bf16"
+                                             : "f32 ",
+              static_cast<long>(s), static_cast<long>(s), static_cast<long>(s), pd.impl_info_str(),
               flop / st.median / 1e9, flop / st.hi / 1e9, flop / st.lo / 1e9);
   return flop / st.median;
 }
@@ -215,8 +217,8 @@ int main(int argc, char** argv) {
   }
   const dnnl_version_t* v = dnnl_version();
   std::printf("strata matmul benchmark  commit %s  %s  %d threads  oneDNN %d.%d.%d\n",
-              strata::build_commit().c_str(), strata::cpu_model_name().c_str(), omp_get_max_threads(), v->major, v->minor,
-              v->patch);
+              strata::build_commit().c_str(), strata::cpu_model_name().c_str(),
+              omp_get_max_threads(), v->major, v->minor, v->patch);
   const Bandwidth bw = measure_bandwidth();
   const double ceil_f32 = onednn_ceiling(dnnl::memory::data_type::f32, 2048);
   const double ceil_bf16 = onednn_ceiling(dnnl::memory::data_type::bf16, 2048);
