@@ -3,7 +3,6 @@
 
 #include "core/error.h"
 #include "kernels/backend.h"
-#include "model/model.h"
 #include "offload/device.h"
 
 namespace strata {
@@ -15,7 +14,6 @@ DeviceCaps device_caps(const std::string& device) {
     // CudaBackend: device memory, neither int8 products, quantized KV nor
     // sparse attention (its supports() says the same).
     c.memory_is_host = c.int8_matmul = c.quantized_kv = c.sparse_attention = false;
-    c.gguf_weights = false;
   }
   return c;
 }
@@ -27,22 +25,7 @@ DeviceCaps device_caps(const Backend& backend) {
   c.int8_matmul = backend.supports(BackendFeature::kInt8Matmul);
   c.quantized_kv = backend.supports(BackendFeature::kQuantizedKv);
   c.sparse_attention = backend.supports(BackendFeature::kSparseAttention);
-  // The CPU backend (the one with integer products) reads the GGUF-only
-  // formats; CUDA, and the separate-memory backend standing in for it, do not.
-  c.gguf_weights = c.int8_matmul;
   return c;
-}
-
-void check_weight_dtypes(const DeviceCaps& caps, const ModelDesc& model, bool requantized) {
-  if (caps.gguf_weights || requantized) return;
-  for (const TensorInfo& t : model.tensors) {
-    if (dtype_info(t.dtype).dequant_only) {
-      fail(
-          "{}: tensor '{}' is stored as {}, which the kernels of {} do not read yet; pass "
-          "--compress-weight q4 or q8 to requantize the weights into the pack, or run on the CPU",
-          model.path, t.name, dtype_name(t.dtype), caps.name);
-    }
-  }
 }
 
 MemoryMode memory_mode(const DeviceCaps& caps, bool cpu_attention) {

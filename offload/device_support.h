@@ -19,8 +19,6 @@
 
 namespace strata {
 
-struct ModelDesc;
-
 class Backend;
 
 struct DeviceCaps {
@@ -29,7 +27,6 @@ struct DeviceCaps {
   bool int8_matmul = true;
   bool quantized_kv = true;
   bool sparse_attention = true;
-  bool gguf_weights = true;  // weights in the GGUF-only formats (Q5_0, Q4_K, ...)
 };
 
 // By name ("cpu", "cuda", "cuda:N"), without opening the device (Error for
@@ -42,9 +39,6 @@ MemoryMode memory_mode(const DeviceCaps& caps, bool cpu_attention);
 // Error naming the setting for a compute or KV dtype the device does not run.
 void check_dtypes(const DeviceCaps& caps, DType compute, DType kv);
 
-// Error naming the tensor when the device cannot multiply a weight format of
-// the model as stored (`requantized`: the pack holds q4/q8 copies instead).
-void check_weight_dtypes(const DeviceCaps& caps, const ModelDesc& model, bool requantized);
 // Error naming the flag for a sparse attention budget (tokens, 0: dense)
 // below one page or on a device that has no sparse attention.
 void check_sparse(const DeviceCaps& caps, int64_t budget, int64_t page_size);

@@ -16,7 +16,6 @@ PlanLayout lay_out_plan(const Model& model, const EngineOptions& o, const Device
   o.placement.validate("placement");
   l.placement = o.placement.folded(caps.memory_is_host);
   check_dtypes(caps, o.compute_dtype, o.kv_dtype);
-  check_weight_dtypes(caps, model.desc(), o.weight_dtype.has_value());
   check_sparse(caps, o.sparse_budget, o.page_size);
   check_placement(caps, l.placement, o.cpu_attention);
   l.mode = memory_mode(caps, o.cpu_attention);

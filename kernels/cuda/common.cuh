@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/gguf_numeric.h"
 #include "kernels/cuda/ops.h"
 
 namespace strata::cuda {

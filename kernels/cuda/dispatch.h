@@ -103,8 +103,26 @@ inline constexpr std::string_view kHeadDims = "64, 80, 96, 112, 128, 256";
       return ::strata::Status::kUnsupported;                                               \
   }
 
-// Every weight dtype (f32, f16, bf16, quantized): `using NAME = LoadPlain<..>`
-// or `LoadQuant<..>` (numeric.h) in the body.
+// The GGUF-only formats (gguf_numeric.h): constexpr DType NAME in the body.
+#define STRATA_DISPATCH_GGUF(dtype, NAME, ...)                                            \
+  switch (dtype) {                                                                        \
+    STRATA_DISPATCH_CASE_DTYPE(NAME, ::strata::DType::kQ5_0, __VA_ARGS__)                 \
+    STRATA_DISPATCH_CASE_DTYPE(NAME, ::strata::DType::kQ5_1, __VA_ARGS__)                 \
+    STRATA_DISPATCH_CASE_DTYPE(NAME, ::strata::DType::kQ2_K, __VA_ARGS__)                 \
+    STRATA_DISPATCH_CASE_DTYPE(NAME, ::strata::DType::kQ3_K, __VA_ARGS__)                 \
+    STRATA_DISPATCH_CASE_DTYPE(NAME, ::strata::DType::kQ4_K, __VA_ARGS__)                 \
+    STRATA_DISPATCH_CASE_DTYPE(NAME, ::strata::DType::kQ5_K, __VA_ARGS__)                 \
+    STRATA_DISPATCH_CASE_DTYPE(NAME, ::strata::DType::kQ6_K, __VA_ARGS__)                 \
+    STRATA_DISPATCH_CASE_DTYPE(NAME, ::strata::DType::kQ8_K, __VA_ARGS__)                 \
+    default:                                                                              \
+      ::strata::cuda::note_unsupported("GGUF dtype", ::strata::dtype_name(dtype),         \
+                                       "q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q8_k"); \
+      return ::strata::Status::kUnsupported;                                              \
+  }
+
+// Every weight dtype (f32, f16, bf16, quantized, GGUF-only): `using NAME =
+// LoadPlain<..>`, `LoadQuant<..>` (numeric.h) or `LoadGguf<..>`
+// (gguf_numeric.h) in the body.
 #define STRATA_DISPATCH_LOAD(dtype, NAME, ...)                           \
   switch (dtype) {                                                       \
     case ::strata::DType::kF32: {                                        \
@@ -123,6 +141,13 @@ inline constexpr std::string_view kHeadDims = "64, 80, 96, 112, 128, 256";
       break;                                                             \
     }                                                                    \
     default: {                                                           \
+      if (::strata::dtype_info(dtype).dequant_only) {                    \
+        STRATA_DISPATCH_GGUF(dtype, NAME##_gguf_dtype_, {                \
+          using NAME = ::strata::cuda::LoadGguf<NAME##_gguf_dtype_>;     \
+          __VA_ARGS__;                                                   \
+        })                                                               \
+        break;                                                           \
+      }                                                                  \
       STRATA_DISPATCH_QUANT(dtype, NAME##_quant_dtype_, {                \
         using NAME = ::strata::cuda::LoadQuant<NAME##_quant_dtype_>;     \
         __VA_ARGS__;                                                     \

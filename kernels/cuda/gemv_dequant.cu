@@ -6,7 +6,8 @@
 // minimum once per block; the values bit for bit dequantize_row_ref's) and
 // multiplies them into the partial sums of every row of x; the partial sums
 // are reduced across the warp at the end. compute bf16 rounds both operands
-// to bf16 first (as matmul_ref does); products are accumulated in f32.
+// to bf16 first (as matmul_ref does); products are accumulated in f32. The
+// GGUF-only formats (gguf_numeric.h) the same way, a super-block per lane.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dispatch.h"
 
@@ -101,6 +102,60 @@ __global__ void gemv_dequant_kernel(float* y, int64_t y_stride, const float* x, 
   }
 }
 
+// The GGUF-only formats: lane l takes the blocks l, l + 32, ... of the row
+// (256 values for the K-quants), 16 values at a time through gguf_chunk (the
+// scales decoded per chunk; the values bit for bit dequantize_row_ref's).
+template <DType T>
+__global__ void gemv_gguf_kernel(float* y, int64_t y_stride, const float* x, int64_t x_stride,
+                                 const char* w, size_t w_row_bytes, const float* bias, int64_t m,
+                                 int64_t n, int64_t k, bool bf16) {
+  constexpr DTypeInfo kInfo = dtype_info_constexpr(T);
+  constexpr int G = kInfo.block_elems;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t n_blocks = k / G;
+  for (int64_t col = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp; col < n;
+       col += static_cast<int64_t>(gridDim.x) * kGemvWarps) {
+    const auto* row = reinterpret_cast<const uint8_t*>(w + static_cast<size_t>(col) * w_row_bytes);
+    float acc[kGemvMaxM];
+#pragma unroll
+    for (int i = 0; i < kGemvMaxM; ++i) acc[i] = 0.0f;
+    for (int64_t ib = lane; ib < n_blocks; ib += 32) {
+      const uint8_t* blk = row + ib * kInfo.block_bytes;
+#pragma unroll 1
+      for (int c = 0; c < G / kGgufChunk; ++c) {
+        float wv[kGgufChunk];
+        gguf_chunk<T>(blk, c, wv);
+        if (bf16) {
+#pragma unroll
+          for (int e = 0; e < kGgufChunk; ++e) wv[e] = round_bf16(wv[e]);
+        }
+        const int64_t k0 = ib * G + c * kGgufChunk;
+#pragma unroll
+        for (int i = 0; i < kGemvMaxM; ++i) {
+          if (i < m) {
+            const float* xr = x + i * x_stride + k0;
+            float a = acc[i];
+#pragma unroll
+            for (int e = 0; e < kGgufChunk; ++e) {
+              const float xv = bf16 ? round_bf16(xr[e]) : xr[e];
+              a = fmaf(xv, wv[e], a);
+            }
+            acc[i] = a;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kGemvMaxM; ++i) {
+      if (i < m) {
+        const float s = warp_sum(acc[i]);
+        if (lane == 0) y[i * y_stride + col] = bias != nullptr ? s + bias[col] : s;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Status gemv_dequant(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
@@ -127,6 +182,13 @@ Status gemv_dequant(float* y, int64_t y_stride, const float* x, int64_t x_stride
   const unsigned blocks = static_cast<unsigned>(grid_blocks(n, kGemvWarps));
   const char* wb = static_cast<const char*>(w);
   const bool bf16 = compute == DType::kBF16;
+  if (dtype_info(w_dtype).dequant_only) {
+    STRATA_DISPATCH_GGUF(w_dtype, T, {
+      gemv_gguf_kernel<T><<<blocks, kGemvWarps * 32, 0, stream>>>(y, y_stride, x, x_stride, wb,
+                                                                  w_row_bytes, bias, m, n, k, bf16);
+    })
+    return launch_status();
+  }
   STRATA_DISPATCH_QUANT(w_dtype, T, {
     gemv_dequant_kernel<T><<<blocks, kGemvWarps * 32, 0, stream>>>(
         y, y_stride, x, x_stride, wb, w_row_bytes, bias, m, n, k, bf16);

@@ -45,6 +45,14 @@ STRATA_HD float add_rn(float a, float b) {
 #endif
 }
 
+STRATA_HD float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
 STRATA_HD float bits_to_f32(uint32_t u) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);

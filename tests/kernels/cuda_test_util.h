@@ -257,13 +257,13 @@ inline std::vector<float> bytes_to_floats(const std::vector<uint8_t>& b) {
   return v;
 }
 
-// f32, f16, bf16 and every quantized format the CUDA kernels read (not the
-// GGUF-only ones).
+// f32, f16, bf16 and every quantized format (Strata's and the GGUF-only
+// ones): every weight dtype the CUDA kernels read.
 inline std::vector<DType> weight_types() {
   std::vector<DType> out = {DType::kF32, DType::kF16, DType::kBF16};
   for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
     const DType t = static_cast<DType>(i);
-    if (is_quantized(t) && !dtype_info(t).dequant_only) out.push_back(t);
+    if (is_quantized(t)) out.push_back(t);
   }
   return out;
 }
@@ -271,7 +271,9 @@ inline std::vector<DType> weight_types() {
 // n_rows rows of n values in dtype t, stride_bytes apart (>= row_bytes(t,
 // n); the padding holds 0x5a), from random values in [lo, hi] (quantized
 // with quant's reference quantizer). With specials, a few values are NaN,
-// Inf and 70000 (beyond f16) so that special groups are covered too.
+// Inf and 70000 (beyond f16) so that special groups are covered too. The
+// GGUF-only formats have no quantizer: random blocks with finite scales
+// (random_gguf_row), whatever lo, hi and specials say.
 inline std::vector<uint8_t> weight_rows(DType t, int64_t n_rows, int64_t n, size_t stride_bytes,
                                         uint32_t seed, bool specials = true, float lo = -2.0f,
                                         float hi = 2.0f) {
@@ -302,7 +304,11 @@ inline std::vector<uint8_t> weight_rows(DType t, int64_t n_rows, int64_t n, size
         }
         break;
       default:
-        quantize_row_ref(t, src, dst, n);
+        if (dtype_info(t).dequant_only) {
+          random_gguf_row(t, dst, n, seed + static_cast<uint32_t>(r));
+        } else {
+          quantize_row_ref(t, src, dst, n);
+        }
         break;
     }
   }

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/gguf_numeric.h"
 #include "kernels/cuda/launch_plan.h"
 #include "kernels/cuda/numeric.h"
 #include "quant/quant_ref.h"
@@ -38,7 +39,7 @@ float from_bits(uint32_t u) {
 std::vector<DType> quant_types() {
   std::vector<DType> out;
   for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
-    // Strata's block formats; the GGUF-only ones: tests/quant/test_gguf_kquants.cpp.
+    // Strata's block formats; the GGUF-only ones: GgufValuesEqualReferenceBitForBit.
     if (is_quantized(static_cast<DType>(i)) && !dtype_info(static_cast<DType>(i)).dequant_only)
       out.push_back(static_cast<DType>(i));
   }
@@ -134,6 +135,58 @@ TEST(Numeric, DequantValueEqualsReferenceBitForBit) {
       }
     }
   }
+}
+
+Status load_of(DType t, DType* out);
+
+// The GGUF-only formats (gguf_numeric.h): every element, through gguf_value,
+// LoadGguf and 16-value chunks, equals dequantize_row_ref bit for bit, on
+// blocks of random bytes (NaN and Inf scales included) and at odd addresses.
+template <DType T>
+void check_gguf(const uint8_t* row, int64_t n) {
+  std::vector<float> ref(static_cast<size_t>(n));
+  dequantize_row_ref(T, row, ref.data(), n);
+  const LoadGguf<T> load;
+  for (int64_t j = 0; j < n; ++j) {
+    ASSERT_EQ(bits(gguf_value<T>(row, j)), bits(ref[static_cast<size_t>(j)]))
+        << dtype_name(T) << " element " << j << ": " << gguf_value<T>(row, j) << " vs "
+        << ref[static_cast<size_t>(j)];
+    ASSERT_EQ(bits(load(row, j)), bits(ref[static_cast<size_t>(j)]));
+  }
+  constexpr DTypeInfo kInfo = dtype_info_constexpr(T);
+  float w[kGgufChunk];
+  for (int64_t e0 = 0; e0 < n; e0 += kGgufChunk) {
+    gguf_chunk<T>(row + (e0 / kInfo.block_elems) * kInfo.block_bytes,
+                  static_cast<int>(e0 % kInfo.block_elems) / kGgufChunk, w);
+    for (int i = 0; i < kGgufChunk; ++i) {
+      ASSERT_EQ(bits(w[i]), bits(ref[static_cast<size_t>(e0 + i)])) << dtype_name(T) << " " << e0;
+    }
+  }
+}
+
+Status check_gguf_any(DType t, const uint8_t* row, int64_t n) {
+  STRATA_DISPATCH_GGUF(t, T, check_gguf<T>(row, n));
+  return Status::kOk;
+}
+
+TEST(Numeric, GgufValuesEqualReferenceBitForBit) {
+  uint32_t seed = 500;
+  for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    EXPECT_TRUE(is_gguf(t));
+    const int64_t n = 3 * dtype_info(t).block_elems;
+    for (int rep = 0; rep < 8; ++rep) {
+      const auto row =
+          make_row(DType::kI8, static_cast<int64_t>(row_bytes(t, n)) + 1, true, seed++);
+      ASSERT_EQ(check_gguf_any(t, row.data() + 1, n), Status::kOk);  // an odd address
+    }
+    DType got = DType::kF32;
+    ASSERT_EQ(load_of(t, &got), Status::kOk);
+    EXPECT_EQ(got, t);
+  }
+  EXPECT_FALSE(is_gguf(DType::kQ4A32));
+  EXPECT_EQ(check_gguf_any(DType::kQ4A32, nullptr, 0), Status::kUnsupported);
 }
 
 TEST(Numeric, StoresRoundAsCore) {

@@ -160,7 +160,7 @@ TEST_F(CudaMatmul, QuantizedWeightsBothPaths) {
   uint32_t seed = 100;
   for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
     const DType w = static_cast<DType>(i);
-    if (!is_quantized(w) || dtype_info(w).dequant_only) continue;  // GGUF-only: CPU only
+    if (!is_quantized(w)) continue;  // Strata's formats and the GGUF-only ones
     const int64_t g = dtype_info(w).block_elems;
     for (DType compute : {DType::kF32, DType::kBF16}) {
       check({w, compute, 1, 7, g, 0, 0, true}, seed += 3);                   // fused kernel

@@ -25,9 +25,9 @@
 #include "kernels/cpu/separate_memory_backend.h"
 #include "model/model.h"
 #include "offload/device.h"
+#include "offload/fixture_runs.h"
 #include "offload/offload_engine.h"
 #include "offload/weight_placement.h"
-#include "offload/fixture_runs.h"
 
 namespace strata {
 namespace {
@@ -144,8 +144,8 @@ TEST_P(DeviceGrid, EveryPlacementGivesTheBitsOfTheCpuAllInRamRun) {
   for (const auto& [g, k] : {std::pair<int64_t, int64_t>{1, 1}, {2, 3}, {4, 2}}) {
     auto ref_engine = make_engine(*f.model, options(f, g, k, dir.path));
     const GenRun ref = generate(*ref_engine, f.prompts);
-    for (const Split& s : {Split{1, 0, 1}, Split{0, 1, 1}, Split{0.3, 0.4, 0.5}, Split{0, 0, 0},
-                           Split{0.5, 0, 1}}) {
+    for (const Split& s :
+         {Split{1, 0, 1}, Split{0, 1, 1}, Split{0.3, 0.4, 0.5}, Split{0, 0, 0}, Split{0.5, 0, 1}}) {
       const std::string what = f.name + " " + std::to_string(g) + "x" + std::to_string(k) +
                                " weights gpu/cpu " + std::to_string(s.w_gpu) + "/" +
                                std::to_string(s.w_cpu) + ", KV gpu " + std::to_string(s.kv_gpu);
@@ -174,7 +174,7 @@ TEST_P(DeviceGrid, EveryPlacementGivesTheBitsOfTheCpuAllInRamRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeviceGrid,
-                         ::testing::Values("opt", "llama", "qwen2", "llama-gguf"),
+                         ::testing::Values("opt", "llama", "qwen2", "llama-gguf", "kquant-q4_k_m"),
                          fixture_param_name);
 
 TEST(DeviceEngine, ScoringAndBf16ComputeEqualTheCpuDevice) {

@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/separate_memory_backend.h"
-#include "model/model.h"
 #include "offload/device_support.h"
 
 namespace strata {
@@ -35,28 +34,6 @@ TEST(DeviceSupport, CapabilitiesByNameMatchTheBackends) {
   EXPECT_THROW(check_dtypes(by_name_gpu, DType::kI8, DType::kF16), Error);
   EXPECT_THROW(check_dtypes(by_name_gpu, DType::kF32, DType::kQ4A32), Error);
   EXPECT_NO_THROW(check_dtypes(by_name_cpu, DType::kI8, DType::kQ4A32));
-}
-
-TEST(DeviceSupport, GgufOnlyWeightsRunOnTheCpuOrRequantized) {
-  const auto model =
-      Model::open(std::string(STRATA_TEST_DATA) + "/models/kquant/tiny-llama-Q4_K_M.gguf");
-  CpuBackend cpu(1);
-  SeparateMemoryBackend separate(1, uint64_t{1} << 30);
-  EXPECT_TRUE(device_caps("cpu").gguf_weights && device_caps(cpu).gguf_weights);
-  EXPECT_NO_THROW(check_weight_dtypes(device_caps("cpu"), model->desc(), false));
-  for (const DeviceCaps& gpu : {device_caps("cuda"), device_caps(separate)}) {
-    EXPECT_FALSE(gpu.gguf_weights);
-    try {
-      check_weight_dtypes(gpu, model->desc(), false);
-      ADD_FAILURE() << "a Q4_K model was accepted on " << gpu.name;
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("tiny-llama-Q4_K_M.gguf: tensor '"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("--compress-weight q4 or q8"), std::string::npos) << msg;
-    }
-    // Requantized into a pack, the device reads Strata's formats.
-    EXPECT_NO_THROW(check_weight_dtypes(gpu, model->desc(), true));
-  }
 }
 
 // Random placements: one that has the pinned shares is accepted, and every
