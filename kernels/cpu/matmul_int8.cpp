@@ -272,13 +272,14 @@ STRATA_VNNI void pack_panel(const WeightFormat& f, const void* w, size_t w_row_b
   }
 }
 
-// Bits 0..3 of each 32-bit lane of v as 0x10 or 0 in its bytes 0..3.
+// Bits 0..3 of each 32-bit lane of v as 0x10 or 0 in its bytes 0..3: byte 0
+// of the lane copied to its four bytes, each tested against its own bit.
 STRATA_VNNI inline __m512i spread_fifth_bits(__m512i v) {
-  // The four shifted copies of x = v & 15 (x * (1 + 2^7 + 2^14 + 2^21)) do not
-  // overlap: bit i of x lands on bit 8 i.
-  const __m512i x = _mm512_and_si512(v, _mm512_set1_epi32(15));
-  const __m512i s = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x00204081));
-  return _mm512_slli_epi32(_mm512_and_si512(s, _mm512_set1_epi32(0x01010101)), 4);
+  const __m512i byte0 = _mm512_shuffle_epi8(
+      v, _mm512_broadcast_i32x4(_mm_setr_epi32(0x00000000, 0x04040404, 0x08080808, 0x0c0c0c0c)));
+  const __mmask64 set =
+      _mm512_test_epi8_mask(byte0, _mm512_set1_epi32(static_cast<int32_t>(0x08040201u)));
+  return _mm512_maskz_mov_epi8(set, _mm512_set1_epi8(0x10));
 }
 
 // Stores dword-step t of a group's quantized bytes (16 rows x 4 bytes, as
