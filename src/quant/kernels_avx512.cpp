@@ -315,8 +315,54 @@ STRATA_AVX512 void quantize_row_avx512(DType t, const float* x, void* y, int64_t
 // The GGUF-only formats: each block as integers and scales
 // (gguf_integers.h), then 16 values per register: dw * float(u - bias), or
 // dw * float(u) + mw.
+// 16 values: stored (f32) or rounded to bf16 and stored.
+template <typename Out>
+STRATA_AVX512 inline void store16(Out* out, __m512 v) {
+  if constexpr (std::is_same_v<Out, float>) {
+    _mm512_storeu_ps(out, v);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), f32_to_bf16_x16(v));
+  }
+}
+
+// Q5_0 / Q5_1 (the bulk of K-quant files whose rows are not a multiple of
+// 256) straight from the block: d [m] qh qs, nibbles as Q4's, bit e of qh
+// the fifth bit of value e; x = float(q - 16) * d, or float(q) * d + m.
+template <bool kMin, typename Out>
+STRATA_AVX512 void dequantize_q5_avx512(const uint8_t* x, Out* y, int64_t nb) {
+  constexpr int kQh = kMin ? 4 : 2;
+  constexpr size_t kBytes = kMin ? 24 : 22;
+  const __m128i lo4 = _mm_set1_epi8(0x0F);
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  for (int64_t b = 0; b < nb; ++b, x += kBytes, y += 32) {
+    uint16_t dh, mh = 0;
+    uint32_t qh;
+    std::memcpy(&dh, x, 2);
+    if constexpr (kMin) std::memcpy(&mh, x + 2, 2);
+    std::memcpy(&qh, x + kQh, 4);
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + kQh + 4));
+    __m512i q0 = _mm512_cvtepu8_epi32(_mm_and_si128(raw, lo4));
+    __m512i q1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), lo4));
+    q0 = _mm512_mask_or_epi32(q0, static_cast<__mmask16>(qh), q0, sixteen);
+    q1 = _mm512_mask_or_epi32(q1, static_cast<__mmask16>(qh >> 16), q1, sixteen);
+    const __m512 d = _mm512_set1_ps(f16_scalar(dh));
+    if constexpr (kMin) {
+      const __m512 m = _mm512_set1_ps(f16_scalar(mh));
+      store16(y, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q0), d), m));
+      store16(y + 16, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q1), d), m));
+    } else {
+      store16(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q0, sixteen)), d));
+      store16(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q1, sixteen)), d));
+    }
+  }
+}
+
 template <typename Out>
 STRATA_AVX512 void dequantize_gguf_avx512(DType t, const void* x, Out* y, int64_t n) {
+  if (t == DType::kQ5_0)
+    return dequantize_q5_avx512<false>(static_cast<const uint8_t*>(x), y, n / 32);
+  if (t == DType::kQ5_1)
+    return dequantize_q5_avx512<true>(static_cast<const uint8_t*>(x), y, n / 32);
   const GgufIntegers f = gguf_integers(t);
   const DTypeInfo& info = dtype_info(t);
   alignas(64) uint8_t u[256];
@@ -331,12 +377,7 @@ STRATA_AVX512 void dequantize_gguf_avx512(DType t, const void* x, Out* y, int64_
       const __m512 v = f.has_min ? _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q)),
                                                  _mm512_set1_ps(mw[e / f.group]))
                                  : _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q, bias)));
-      Out* out = y + b * info.block_elems + e;
-      if constexpr (std::is_same_v<Out, float>) {
-        _mm512_storeu_ps(out, v);
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), f32_to_bf16_x16(v));
-      }
+      store16(y + b * info.block_elems + e, v);
     }
   }
 }
