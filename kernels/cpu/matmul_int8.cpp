@@ -11,23 +11,20 @@
 #endif
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/int8_panel.h"
 #include "kernels/cpu/int8_weight_format.h"
 #include "kernels/cpu/parallel.h"
-#include "quant/gguf_blocks.h"
 #include "quant/gguf_integers.h"
 
 namespace strata::cpu {
 
 namespace {
 
-constexpr int64_t kTileRows = 32;     // weight rows of a panel: two vectors of 16
+using namespace int8_panel;
+
 constexpr int64_t kMaxMr = 6;         // rows of x per micro-tile
 constexpr int64_t kMChunk = 120;      // rows of x per pass over a panel (L2)
 constexpr int64_t kPrefetchRows = 6;  // weight rows read ahead of their unpacking
-
-int64_t round_up(int64_t v, int64_t q) {
-  return (v + q - 1) / q * q;
-}
 
 // Offsets of the parts of the x workspace.
 struct XLayout {
@@ -42,25 +39,6 @@ XLayout x_layout(int64_t m, int64_t k, int64_t group) {
   l.bt = l.d + static_cast<size_t>(round_up(m * ng * 4, 64));
   l.tf = l.bt + static_cast<size_t>(round_up(m * ng * 4, 64));
   l.bytes = l.tf + static_cast<size_t>(round_up(m * ng * 4, 64));
-  return l;
-}
-
-// A panel: kTileRows weight rows as the kernel reads them.
-//   wq: [k / 4 steps][2 vectors][16 rows][4] u8
-//   dw, mw: [k / G groups][2 vectors][16 rows] f32
-//   u: [16][k rounded up to 64] u8, the unpacked rows before the transpose
-struct PanelLayout {
-  size_t wq = 0, dw = 0, mw = 0, u = 0, bytes = 0;
-};
-
-PanelLayout panel_layout(int64_t k, int64_t group) {
-  PanelLayout l;
-  const int64_t ng = k / group;
-  l.wq = 0;
-  l.dw = static_cast<size_t>(round_up(kTileRows * k, 64));
-  l.mw = l.dw + static_cast<size_t>(ng * kTileRows * 4);
-  l.u = static_cast<size_t>(round_up(static_cast<int64_t>(l.mw) + ng * kTileRows * 4, 64));
-  l.bytes = l.u + static_cast<size_t>(16 * round_up(k, 64));
   return l;
 }
 
@@ -107,9 +85,6 @@ void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const Weigh
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define STRATA_VNNI \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
-
 bool vnni_detected() {
 #if defined(__GNUC__) || defined(__clang__)
   __builtin_cpu_init();
@@ -153,31 +128,6 @@ STRATA_VNNI void quantize_row_int8_avx512(const float* x, int64_t k, int64_t gro
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qx + g0 + e), _mm512_cvtepi32_epi8(q));
     }
     *s = _mm512_reduce_add_epi32(total);
-  }
-}
-
-// In-place transpose of 16 x 16 32-bit elements held in 16 registers.
-__attribute__((always_inline)) STRATA_VNNI inline void transpose16_epi32(__m512i* r) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
   }
 }
 
@@ -399,88 +349,6 @@ STRATA_VNNI void pack_panel_full(const WeightFormat& f, const void* w, size_t w_
   }
 }
 
-// pack_panel_full for Q4_K / Q5_K: per super-block and 16 rows, the scales
-// and minimums of the 8 groups decoded 16 rows at a time (one row per lane,
-// kquant_sub_block's products), then each
-// 64-value chunk's 32 bytes of the 16 rows transposed at once: low nibbles
-// are group 2c's steps, high nibbles group 2c + 1's; Q5_K's fifth bits (bit
-// g of qh[l]) come from the same transpose of qh.
-STRATA_VNNI void pack_panel_kquant(const WeightFormat& f, const void* w, size_t w_row_bytes,
-                                   int64_t j0, int64_t k, const PanelLayout& pl, char* panel) {
-  const bool five = f.dtype == DType::kQ5_K;
-  const int64_t qs_off = five ? 48 : 16;
-  auto* wq = reinterpret_cast<uint8_t*>(panel + pl.wq);
-  auto* dwp = reinterpret_cast<float*>(panel + pl.dw);
-  auto* mwp = reinterpret_cast<float*>(panel + pl.mw);
-  const auto* base = static_cast<const uint8_t*>(w) + static_cast<size_t>(j0) * w_row_bytes;
-  const __m512i low4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
-  const __mmask64 half = (__mmask64{1} << 32) - 1;
-  const __m512i row_idx =
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(static_cast<int32_t>(w_row_bytes)));
-  const __m512i ff = _mm512_set1_epi32(0xff), s63 = _mm512_set1_epi32(63);
-  const __m512 neg = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int32_t>(0x80000000u)));
-  for (int64_t sb = 0; sb < k / 256; ++sb) {
-    for (int64_t v = 0; v < 2; ++v) {
-      const uint8_t* rows = base + static_cast<size_t>(16 * v) * w_row_bytes + sb * f.block_bytes;
-      // The 16 rows' d, dmin and 12 scale bytes, one row per lane.
-      const __m512i dd = _mm512_i32gather_epi32(row_idx, rows, 1);
-      const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
-      const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
-      const __m512i q[3] = {_mm512_i32gather_epi32(row_idx, rows + 4, 1),
-                            _mm512_i32gather_epi32(row_idx, rows + 8, 1),
-                            _mm512_i32gather_epi32(row_idx, rows + 12, 1)};
-      auto byte = [&](int a, int i) STRATA_VNNI {
-        return _mm512_and_si512(_mm512_srli_epi32(q[a], static_cast<unsigned>(8 * i)), ff);
-      };
-      for (int j = 0; j < 8; ++j) {  // kquant_scale_min, 16 rows at once
-        __m512i sc, mn;
-        if (j < 4) {
-          sc = _mm512_and_si512(byte(0, j), s63);
-          mn = _mm512_and_si512(byte(1, j), s63);
-        } else {
-          const __m512i hi0 = _mm512_slli_epi32(_mm512_srli_epi32(byte(0, j - 4), 6), 4);
-          const __m512i hi1 = _mm512_slli_epi32(_mm512_srli_epi32(byte(1, j - 4), 6), 4);
-          sc = _mm512_or_si512(_mm512_and_si512(byte(2, j - 4), _mm512_set1_epi32(15)), hi0);
-          mn = _mm512_or_si512(_mm512_srli_epi32(byte(2, j - 4), 4), hi1);
-        }
-        const int64_t at = ((sb * 8 + j) * 2 + v) * 16;
-        _mm512_store_ps(dwp + at, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
-        _mm512_store_ps(mwp + at, _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), neg));
-      }
-      __m512i th[16];
-      if (five) {
-        for (int64_t r = 0; r < 16; ++r)
-          th[r] = _mm512_maskz_loadu_epi8(half, rows + r * w_row_bytes + 16);
-        transpose16_epi32(th);
-      }
-      for (int64_t c = 0; c < 4; ++c) {
-        __m512i t[16];
-        for (int64_t r = 0; r < 16; ++r) {
-          t[r] = _mm512_maskz_loadu_epi8(half, rows + r * w_row_bytes + qs_off + 32 * c);
-        }
-        transpose16_epi32(t);
-        // Group 2c's steps, then group 2c + 1's, 8 of each.
-        uint8_t* out = wq + ((sb * 8 + 2 * c) * 8 * 2 + v) * 64;
-        for (int64_t st = 0; st < 8; ++st) {
-          __m512i lo = _mm512_and_si512(t[st], low4);
-          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(t[st], 4), low4);
-          if (five) {
-            const __m512i b0 =
-                _mm512_and_si512(_mm512_srli_epi16(th[st], static_cast<unsigned>(2 * c)), one);
-            const __m512i b1 =
-                _mm512_and_si512(_mm512_srli_epi16(th[st], static_cast<unsigned>(2 * c + 1)), one);
-            lo = _mm512_or_si512(lo, _mm512_slli_epi16(b0, 4));
-            hi = _mm512_or_si512(hi, _mm512_slli_epi16(b1, 4));
-          }
-          _mm512_store_si512(out + st * 128, lo);
-          _mm512_store_si512(out + (st + 8) * 128, hi);
-        }
-      }
-    }
-  }
-}
-
 // y rows [0, MR) x panel columns [0, nn): per group, 32-bit integer sums of
 // u * qx with vpdpbusd (16 weight rows per vector, 4 elements per lane), then
 // the group's scale (and minimum, or bias) in f32.
@@ -671,6 +539,8 @@ Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride,
         const bool gather_ok = w_row_bytes * 16 < (size_t{1} << 31);
         if (full && gather_ok && (f.dtype == DType::kQ4_K || f.dtype == DType::kQ5_K)) {
           pack_panel_kquant(f, w, w_row_bytes, j0, k, pl, panel);
+        } else if (full && gather_ok && f.dtype == DType::kQ6_K) {
+          pack_panel_q6_k(w, w_row_bytes, j0, k, pl, panel);
         } else if (full && gather_ok && (!f.gguf || f.qh_off >= 0)) {
           pack_panel_full(f, w, w_row_bytes, j0, n, k, pl, panel);
         } else {
