@@ -44,11 +44,8 @@ void unpack_block(const WeightFormat& f, const uint8_t* block, uint8_t* u, float
   if (f.gguf) return gguf_unpack_block_ref(f.dtype, block, u, dw, mw);
   uint16_t d = 0, m = 0;
   std::memcpy(&d, block, 2);
-  const uint8_t* qs = block + 2;
-  if (f.has_min) {
-    std::memcpy(&m, block + 2, 2);
-    qs = block + 4;
-  }
+  if (f.has_min) std::memcpy(&m, block + 2, 2);
+  const uint8_t* qs = block + f.qs_off;
   *dw = f16_to_f32(d);
   *mw = f.has_min ? f16_to_f32(m) : 0.0f;
   if (f.nibbles) {

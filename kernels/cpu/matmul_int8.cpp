@@ -155,11 +155,8 @@ STRATA_VNNI inline void unpack_row(const WeightFormat& f, const uint8_t* row, in
     const uint8_t* block = row + g * f.block_bytes;
     uint16_t d = 0, m = 0;
     std::memcpy(&d, block, 2);
-    const uint8_t* qs = block + 2;
-    if (f.has_min) {
-      std::memcpy(&m, block + 2, 2);
-      qs = block + 4;
-    }
+    if (f.has_min) std::memcpy(&m, block + 2, 2);
+    const uint8_t* qs = block + f.qs_off;
     dw[g * stride] = _cvtsh_ss(d);
     mw[g * stride] = f.has_min ? _cvtsh_ss(m) : 0.0f;
     uint8_t* ug = u + g * g_sz;

@@ -21,6 +21,40 @@ __device__ __forceinline__ float round_bf16(float v) {
   return bf16_to_f32(f32_to_bf16(v));
 }
 
+// acc[i] += x[i, k0 .. k0 + n) . w[0 .. n) for the m rows of x (bf16: both
+// operands rounded to bf16 first).
+template <int N>
+__device__ __forceinline__ void accumulate(float (&acc)[kGemvMaxM], const float* x,
+                                           int64_t x_stride, int64_t m, int64_t k0,
+                                           const float (&w)[N], bool bf16) {
+#pragma unroll
+  for (int i = 0; i < kGemvMaxM; ++i) {
+    if (i < m) {
+      const float* xr = x + i * x_stride + k0;
+      float a = acc[i];
+#pragma unroll
+      for (int c = 0; c < N; ++c) {
+        const float xv = bf16 ? round_bf16(xr[c]) : xr[c];
+        a = fmaf(xv, w[c], a);
+      }
+      acc[i] = a;
+    }
+  }
+}
+
+// The warp's partial sums of column col reduced; lane 0 writes y[i, col] (+ bias).
+__device__ __forceinline__ void store_column(const float (&acc)[kGemvMaxM], float* y,
+                                             int64_t y_stride, int64_t m, int64_t col,
+                                             const float* bias, int lane) {
+#pragma unroll
+  for (int i = 0; i < kGemvMaxM; ++i) {
+    if (i < m) {
+      const float s = warp_sum(acc[i]);
+      if (lane == 0) y[i * y_stride + col] = bias != nullptr ? s + bias[col] : s;
+    }
+  }
+}
+
 // Values e0 .. e0 + kChunk of block b (e0 a multiple of kChunk).
 template <DType T>
 __device__ __forceinline__ void dequant_chunk(const block_of_t<T>& b, float d, float m, int e0,
@@ -76,29 +110,10 @@ __global__ void gemv_dequant_kernel(float* y, int64_t y_stride, const float* x, 
 #pragma unroll
           for (int c = 0; c < kChunk; ++c) wv[c] = round_bf16(wv[c]);
         }
-        const int64_t k0 = ib * G + e0;
-#pragma unroll
-        for (int i = 0; i < kGemvMaxM; ++i) {
-          if (i < m) {
-            const float* xr = x + i * x_stride + k0;
-            float a = acc[i];
-#pragma unroll
-            for (int c = 0; c < kChunk; ++c) {
-              const float xv = bf16 ? round_bf16(xr[c]) : xr[c];
-              a = fmaf(xv, wv[c], a);
-            }
-            acc[i] = a;
-          }
-        }
+        accumulate(acc, x, x_stride, m, ib * G + e0, wv, bf16);
       }
     }
-#pragma unroll
-    for (int i = 0; i < kGemvMaxM; ++i) {
-      if (i < m) {
-        const float s = warp_sum(acc[i]);
-        if (lane == 0) y[i * y_stride + col] = bias != nullptr ? s + bias[col] : s;
-      }
-    }
+    store_column(acc, y, y_stride, m, col, bias, lane);
   }
 }
 
@@ -130,29 +145,10 @@ __global__ void gemv_gguf_kernel(float* y, int64_t y_stride, const float* x, int
 #pragma unroll
           for (int e = 0; e < kGgufChunk; ++e) wv[e] = round_bf16(wv[e]);
         }
-        const int64_t k0 = ib * G + c * kGgufChunk;
-#pragma unroll
-        for (int i = 0; i < kGemvMaxM; ++i) {
-          if (i < m) {
-            const float* xr = x + i * x_stride + k0;
-            float a = acc[i];
-#pragma unroll
-            for (int e = 0; e < kGgufChunk; ++e) {
-              const float xv = bf16 ? round_bf16(xr[e]) : xr[e];
-              a = fmaf(xv, wv[e], a);
-            }
-            acc[i] = a;
-          }
-        }
+        accumulate(acc, x, x_stride, m, ib * G + c * kGgufChunk, wv, bf16);
       }
     }
-#pragma unroll
-    for (int i = 0; i < kGemvMaxM; ++i) {
-      if (i < m) {
-        const float s = warp_sum(acc[i]);
-        if (lane == 0) y[i * y_stride + col] = bias != nullptr ? s + bias[col] : s;
-      }
-    }
+    store_column(acc, y, y_stride, m, col, bias, lane);
   }
 }
 

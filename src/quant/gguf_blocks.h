@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "core/dtype.h"
@@ -89,6 +90,14 @@ static_assert(detail::gguf_block_ok<BlockQ4_K>(DType::kQ4_K), "q4_k block layout
 static_assert(detail::gguf_block_ok<BlockQ5_K>(DType::kQ5_K), "q5_k block layout");
 static_assert(detail::gguf_block_ok<BlockQ6_K>(DType::kQ6_K), "q6_k block layout");
 static_assert(detail::gguf_block_ok<BlockQ8_K>(DType::kQ8_K), "q8_k block layout");
+
+// A block of type B copied from p (any alignment).
+template <typename B>
+B load_block(const uint8_t* p) {
+  B b;
+  std::memcpy(&b, p, sizeof(B));
+  return b;
+}
 
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12
 // packed bytes (ggml's get_scale_min_k4).

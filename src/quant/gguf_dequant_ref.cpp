@@ -8,13 +8,6 @@
 namespace strata {
 namespace {
 
-template <typename B>
-B load(const uint8_t* p) {
-  B b;
-  std::memcpy(&b, p, sizeof(B));
-  return b;
-}
-
 void q5_0(const BlockQ5_0& b, float* y) {
   const float d = f16_to_f32(b.d);
   uint32_t qh;
@@ -159,7 +152,8 @@ void q8_k(const BlockQ8_K& b, float* y) {
 template <typename B, void (*F)(const B&, float*)>
 void rows(const void* x, float* y, int64_t n, int per_block) {
   const auto* p = static_cast<const uint8_t*>(x);
-  for (int64_t i = 0; i < n / per_block; ++i) F(load<B>(p + i * sizeof(B)), y + i * per_block);
+  for (int64_t i = 0; i < n / per_block; ++i)
+    F(load_block<B>(p + i * sizeof(B)), y + i * per_block);
 }
 
 }  // namespace

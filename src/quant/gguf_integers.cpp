@@ -16,13 +16,6 @@
 namespace strata {
 namespace {
 
-template <typename B>
-B load(const uint8_t* p) {
-  B b;
-  std::memcpy(&b, p, sizeof(B));
-  return b;
-}
-
 // Q5_0 / Q5_1: value j is the low nibble of qs[j] (j < 16) or the high nibble
 // of qs[j - 16], with bit j of qh as its fifth bit.
 void q5_values(const uint8_t* qs, const uint8_t* qh_bytes, uint8_t* u) {
@@ -41,24 +34,35 @@ uint8_t low2(const uint8_t* qs, int e) {
   return static_cast<uint8_t>((qs[32 * h + l] >> (2 * j)) & 3);
 }
 
+// Q4_K / Q5_K: the 8 groups' scales d * sc and negated minimums -(dmin * mn)
+// from the block's d, dmin (f16) and 12 packed bytes.
+void kquant_scales(uint16_t d16, uint16_t dmin16, const uint8_t* scales, float* dw, float* mw) {
+  const float d = f16_to_f32(d16), dmin = f16_to_f32(dmin16);
+  for (int g = 0; g < 8; ++g) {
+    const auto [dg, mg] = kquant_sub_block(g, scales, d, dmin);
+    dw[g] = dg;
+    mw[g] = -mg;
+  }
+}
+
 void unpack_ref(DType t, const uint8_t* p, uint8_t* u, float* dw, float* mw) {
   switch (t) {
     case DType::kQ5_0: {
-      const auto b = load<BlockQ5_0>(p);
+      const auto b = load_block<BlockQ5_0>(p);
       q5_values(b.qs, b.qh, u);
       dw[0] = f16_to_f32(b.d);
       mw[0] = 0.0f;
       return;
     }
     case DType::kQ5_1: {
-      const auto b = load<BlockQ5_1>(p);
+      const auto b = load_block<BlockQ5_1>(p);
       q5_values(b.qs, b.qh, u);
       dw[0] = f16_to_f32(b.d);
       mw[0] = f16_to_f32(b.m);
       return;
     }
     case DType::kQ2_K: {
-      const auto b = load<BlockQ2_K>(p);
+      const auto b = load_block<BlockQ2_K>(p);
       const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
       for (int g = 0; g < 16; ++g) {
         dw[g] = d * static_cast<float>(b.scales[g] & 0xF);
@@ -68,7 +72,7 @@ void unpack_ref(DType t, const uint8_t* p, uint8_t* u, float* dw, float* mw) {
       return;
     }
     case DType::kQ3_K: {
-      const auto b = load<BlockQ3_K>(p);
+      const auto b = load_block<BlockQ3_K>(p);
       // The 6-bit scales: low nibbles from bytes 0..7, high two bits from 8..11.
       const float d = f16_to_f32(b.d);
       for (int g = 0; g < 16; ++g) {
@@ -87,16 +91,11 @@ void unpack_ref(DType t, const uint8_t* p, uint8_t* u, float* dw, float* mw) {
     case DType::kQ4_K:
     case DType::kQ5_K: {
       const bool five = t == DType::kQ5_K;
-      const auto b4 = five ? BlockQ4_K{} : load<BlockQ4_K>(p);
-      const auto b5 = five ? load<BlockQ5_K>(p) : BlockQ5_K{};
+      const auto b4 = five ? BlockQ4_K{} : load_block<BlockQ4_K>(p);
+      const auto b5 = five ? load_block<BlockQ5_K>(p) : BlockQ5_K{};
       const uint8_t* scales = five ? b5.scales : b4.scales;
       const uint8_t* qs = five ? b5.qs : b4.qs;
-      const float d = f16_to_f32(five ? b5.d : b4.d), dmin = f16_to_f32(five ? b5.dmin : b4.dmin);
-      for (int g = 0; g < 8; ++g) {
-        const auto [dg, mg] = kquant_sub_block(g, scales, d, dmin);
-        dw[g] = dg;
-        mw[g] = -mg;
-      }
+      kquant_scales(five ? b5.d : b4.d, five ? b5.dmin : b4.dmin, scales, dw, mw);
       // Sub-block 2c: the low nibbles of qs[32c ..], 2c + 1 the high ones;
       // Q5_K's fifth bit of sub-block g is bit g of qh[e % 32].
       for (int e = 0; e < kQK_K; ++e) {
@@ -108,7 +107,7 @@ void unpack_ref(DType t, const uint8_t* p, uint8_t* u, float* dw, float* mw) {
       return;
     }
     case DType::kQ6_K: {
-      const auto b = load<BlockQ6_K>(p);
+      const auto b = load_block<BlockQ6_K>(p);
       const float d = f16_to_f32(b.d);
       for (int g = 0; g < 16; ++g) {
         dw[g] = d * static_cast<float>(b.scales[g]);
@@ -125,7 +124,7 @@ void unpack_ref(DType t, const uint8_t* p, uint8_t* u, float* dw, float* mw) {
       return;
     }
     case DType::kQ8_K: {
-      const auto b = load<BlockQ8_K>(p);
+      const auto b = load_block<BlockQ8_K>(p);
       for (int e = 0; e < kQK_K; ++e) u[e] = static_cast<uint8_t>(b.qs[e] ^ 0x80);
       dw[0] = b.d;
       mw[0] = 0.0f;
@@ -165,28 +164,22 @@ void q5_fast(const uint8_t* qs, const uint8_t* qh_bytes, uint8_t* u) {
 }
 
 void q5_0_fast(const uint8_t* p, uint8_t* u, float* dw, float* mw) {
-  const auto b = load<BlockQ5_0>(p);
+  const auto b = load_block<BlockQ5_0>(p);
   q5_fast(b.qs, b.qh, u);
   dw[0] = f16_to_f32(b.d);
   mw[0] = 0.0f;
 }
 
 void q5_1_fast(const uint8_t* p, uint8_t* u, float* dw, float* mw) {
-  const auto b = load<BlockQ5_1>(p);
+  const auto b = load_block<BlockQ5_1>(p);
   q5_fast(b.qs, b.qh, u);
   dw[0] = f16_to_f32(b.d);
   mw[0] = f16_to_f32(b.m);
 }
 
 void q4_k_fast(const uint8_t* p, uint8_t* u, float* dw, float* mw) {
-  BlockQ4_K b;
-  std::memcpy(&b, p, sizeof b);
-  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-  for (int g = 0; g < 8; ++g) {
-    const auto [dg, mg] = kquant_sub_block(g, b.scales, d, dmin);
-    dw[g] = dg;
-    mw[g] = -mg;
-  }
+  const auto b = load_block<BlockQ4_K>(p);
+  kquant_scales(b.d, b.dmin, b.scales, dw, mw);
   const __m128i lo4 = _mm_set1_epi8(0x0F);
   for (int c = 0; c < 4; ++c) {
     for (int h = 0; h < 2; ++h) {
@@ -198,14 +191,8 @@ void q4_k_fast(const uint8_t* p, uint8_t* u, float* dw, float* mw) {
 }
 
 void q5_k_fast(const uint8_t* p, uint8_t* u, float* dw, float* mw) {
-  BlockQ5_K b;
-  std::memcpy(&b, p, sizeof b);
-  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-  for (int g = 0; g < 8; ++g) {
-    const auto [dg, mg] = kquant_sub_block(g, b.scales, d, dmin);
-    dw[g] = dg;
-    mw[g] = -mg;
-  }
+  const auto b = load_block<BlockQ5_K>(p);
+  kquant_scales(b.d, b.dmin, b.scales, dw, mw);
   const __m128i lo4 = _mm_set1_epi8(0x0F), sixteen = _mm_set1_epi8(16);
   for (int c = 0; c < 4; ++c) {
     const __m128i b1 = _mm_set1_epi8(static_cast<char>(1 << (2 * c)));
@@ -224,8 +211,7 @@ void q5_k_fast(const uint8_t* p, uint8_t* u, float* dw, float* mw) {
 }
 
 void q6_k_fast(const uint8_t* p, uint8_t* u, float* dw, float* mw) {
-  BlockQ6_K b;
-  std::memcpy(&b, p, sizeof b);
+  const auto b = load_block<BlockQ6_K>(p);
   const float d = f16_to_f32(b.d);
   for (int g = 0; g < 16; ++g) {
     dw[g] = d * static_cast<float>(b.scales[g]);

@@ -158,29 +158,29 @@ TEST_P(Golden, BatchedGivesTheSameTokensAsAlone) {
   }
 }
 
-TEST_P(Golden, Bf16LogitsWithinTheDerivedBound) {
-  const Fixture f = load_fixture(GetParam());
-  auto engine = make_engine(*f.model, options(DType::kBF16));
+// A reduced-precision compute dtype against transformers, within its
+// derived bound (engine_goldens.h) for the fixture's layer count.
+void check_reduced(const std::string& fixture, DType compute, const char* what,
+                   double (*bound)(int64_t n_layer, double max_abs_logit)) {
+  const Fixture f = load_fixture(fixture);
+  auto engine = make_engine(*f.model, options(compute));
   const int64_t n_layer = engine->config().n_layer;
   const Deviation d = check_logits(
-      f, *engine, [n_layer](double m) { return test::bf16_logit_bound(n_layer, m); }, "bf16");
-  std::printf("[ %s bf16 ] max|d| %.4g = %.3g of max|logit| %.3g over %lld layers\n",
-              f.name.c_str(), d.max_abs_diff, d.max_abs_diff / d.max_abs_ref, d.max_abs_ref,
+      f, *engine, [n_layer, bound](double m) { return bound(n_layer, m); }, what);
+  std::printf("[ %s %s ] max|d| %.4g = %.3g of max|logit| %.3g over %lld layers\n", f.name.c_str(),
+              what, d.max_abs_diff, d.max_abs_diff / d.max_abs_ref, d.max_abs_ref,
               static_cast<long long>(n_layer));
+}
+
+TEST_P(Golden, Bf16LogitsWithinTheDerivedBound) {
+  check_reduced(GetParam(), DType::kBF16, "bf16", test::bf16_logit_bound);
 }
 
 // The int8 compute dtype (activations rounded to int8 per weight group,
 // integer products with the quantized weights, K-quants included; float
-// weights as bf16): within its derived bound (engine_goldens.h).
+// weights as bf16).
 TEST_P(Golden, Int8LogitsWithinTheDerivedBound) {
-  const Fixture f = load_fixture(GetParam());
-  auto engine = make_engine(*f.model, options(DType::kI8));
-  const int64_t n_layer = engine->config().n_layer;
-  const Deviation d = check_logits(
-      f, *engine, [n_layer](double m) { return test::int8_logit_bound(n_layer, m); }, "int8");
-  std::printf("[ %s int8 ] max|d| %.4g = %.3g of max|logit| %.3g over %lld layers\n",
-              f.name.c_str(), d.max_abs_diff, d.max_abs_diff / d.max_abs_ref, d.max_abs_ref,
-              static_cast<long long>(n_layer));
+  check_reduced(GetParam(), DType::kI8, "int8", test::int8_logit_bound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
