@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda/numeric.h"
+#include "quant/gguf_blocks.h"
 
 namespace strata::cuda {
 
@@ -32,25 +33,6 @@ STRATA_HD uint32_t gguf_u32(const uint8_t* p) {
 }
 STRATA_HD float gguf_f16(const uint8_t* p) {
   return f16_to_f32(gguf_u16(p));
-}
-
-// Q4_K / Q5_K: the 6-bit scale and minimum of sub-block j from the 12 packed
-// bytes q (ggml's get_scale_min_k4).
-STRATA_HD void gguf_scale_min_k4(int j, const uint8_t* q, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *mn = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
-// Q3_K: the 6-bit scale of sub-block g (0..15) from the 12 packed bytes.
-STRATA_HD int gguf_scale_q3_k(int g, const uint8_t* s) {
-  const int lo = g < 8 ? s[g] & 0xF : s[g - 8] >> 4;
-  const int hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
-  return lo | (hi << 4);
 }
 
 // Values c * 16 .. c * 16 + 15 of the block at b into w.
@@ -85,7 +67,7 @@ STRATA_HD void gguf_chunk(const uint8_t* b, int c, float* w) {
     }
   } else if constexpr (T == DType::kQ3_K) {
     // hmask[32] qs[64] scales[12] d; chunk c is sub-block c.
-    const float dl = mul_rn(gguf_f16(b + 108), static_cast<float>(gguf_scale_q3_k(c, b + 96) - 32));
+    const float dl = mul_rn(gguf_f16(b + 108), static_cast<float>(q3_k_scale(c, b + 96) - 32));
     for (int i = 0; i < kGgufChunk; ++i) {
       const int e = e0 + i;
       const int low = (b[32 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
@@ -97,8 +79,8 @@ STRATA_HD void gguf_chunk(const uint8_t* b, int c, float* w) {
     // nibble (g % 2) of qs[32 (g / 2) + l], Q5_K's fifth bit g of qh[l].
     constexpr int kQs = T == DType::kQ4_K ? 16 : 48;
     const int g = c / 2;
-    int sc = 0, mn = 0;
-    gguf_scale_min_k4(g, b + 4, &sc, &mn);
+    uint8_t sc = 0, mn = 0;
+    kquant_scale_min(g, b + 4, &sc, &mn);
     const float d1 = mul_rn(gguf_f16(b), static_cast<float>(sc));
     const float m1 = mul_rn(gguf_f16(b + 2), static_cast<float>(mn));
     for (int i = 0; i < kGgufChunk; ++i) {

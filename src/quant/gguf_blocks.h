@@ -101,7 +101,9 @@ B load_block(const uint8_t* p) {
 
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12
 // packed bytes (ggml's get_scale_min_k4).
-inline void kquant_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) {
+// constexpr, so that the CUDA kernels (kernels/cuda/gguf_numeric.h, built
+// with --expt-relaxed-constexpr) call it too.
+constexpr void kquant_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) {
   if (j < 4) {
     *sc = q[j] & 63;
     *mn = q[j + 4] & 63;
@@ -109,6 +111,15 @@ inline void kquant_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) 
     *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
     *mn = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
+}
+
+// Q3_K: the 6-bit scale of sub-block g (0..15) from the 12 packed bytes s:
+// its low nibble from bytes 0..7, its two high bits from bytes 8..11.
+// (constexpr: the CUDA kernels call it too.)
+constexpr int q3_k_scale(int g, const uint8_t* s) {
+  const int lo = g < 8 ? s[g] & 0xF : s[g - 8] >> 4;
+  const int hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+  return lo | (hi << 4);
 }
 
 // Q4_K / Q5_K: sub-block j's scale and minimum products, d * sc and dmin * mn

@@ -4,6 +4,7 @@
 // Q5_K, Q6_K).
 #include "quant/gguf_integers.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "core/error.h"
@@ -73,12 +74,9 @@ void unpack_ref(DType t, const uint8_t* p, uint8_t* u, float* dw, float* mw) {
     }
     case DType::kQ3_K: {
       const auto b = load_block<BlockQ3_K>(p);
-      // The 6-bit scales: low nibbles from bytes 0..7, high two bits from 8..11.
       const float d = f16_to_f32(b.d);
       for (int g = 0; g < 16; ++g) {
-        const int lo = g < 8 ? b.scales[g] & 0xF : b.scales[g - 8] >> 4;
-        const int hi = (b.scales[8 + g % 4] >> (2 * (g / 4))) & 3;
-        dw[g] = d * static_cast<float>((lo | (hi << 4)) - 32);
+        dw[g] = d * static_cast<float>(q3_k_scale(g, b.scales) - 32);
         mw[g] = 0.0f;
       }
       for (int e = 0; e < kQK_K; ++e) {
@@ -90,18 +88,20 @@ void unpack_ref(DType t, const uint8_t* p, uint8_t* u, float* dw, float* mw) {
     }
     case DType::kQ4_K:
     case DType::kQ5_K: {
+      // d dmin scales[12] [qh[32]] qs[128] (BlockQ4_K, BlockQ5_K).
       const bool five = t == DType::kQ5_K;
-      const auto b4 = five ? BlockQ4_K{} : load_block<BlockQ4_K>(p);
-      const auto b5 = five ? load_block<BlockQ5_K>(p) : BlockQ5_K{};
-      const uint8_t* scales = five ? b5.scales : b4.scales;
-      const uint8_t* qs = five ? b5.qs : b4.qs;
-      kquant_scales(five ? b5.d : b4.d, five ? b5.dmin : b4.dmin, scales, dw, mw);
+      const uint8_t* qs = p + (five ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs));
+      const uint8_t* qh = p + offsetof(BlockQ5_K, qh);
+      uint16_t d, dmin;
+      std::memcpy(&d, p + offsetof(BlockQ4_K, d), 2);
+      std::memcpy(&dmin, p + offsetof(BlockQ4_K, dmin), 2);
+      kquant_scales(d, dmin, p + offsetof(BlockQ4_K, scales), dw, mw);
       // Sub-block 2c: the low nibbles of qs[32c ..], 2c + 1 the high ones;
       // Q5_K's fifth bit of sub-block g is bit g of qh[e % 32].
       for (int e = 0; e < kQK_K; ++e) {
         const int c = e / 64, hi = (e / 32) % 2, l = e % 32;
         const int q = (qs[32 * c + l] >> (4 * hi)) & 0xF;
-        const int fifth = five ? ((b5.qh[l] >> (e / 32)) & 1) << 4 : 0;
+        const int fifth = five ? ((qh[l] >> (e / 32)) & 1) << 4 : 0;
         u[e] = static_cast<uint8_t>(q | fifth);
       }
       return;
