@@ -3,16 +3,13 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/matmul_int8.h"
 #include "quant/gguf_integers.h"
 
 namespace strata::cpu {
 
-bool int8_weights_ok(DType t) {
-  return is_quantized(t) && t != DType::kQ8_K;
-}
-
 WeightFormat weight_format(DType t) {
-  STRATA_ASSERT_MSG(int8_weights_ok(t), "the int8 matmul does not read {}", dtype_name(t));
+  STRATA_ASSERT_MSG(matmul_int8_ok(t), "the int8 matmul does not read {}", dtype_name(t));
   const DTypeInfo& info = dtype_info(t);
   WeightFormat f;
   f.dtype = t;

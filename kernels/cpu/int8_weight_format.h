@@ -28,11 +28,7 @@ struct WeightFormat {
   int64_t groups_per_block() const { return block_elems / group; }
 };
 
-// Whether the int8 matmul reads t: Strata's quantized formats and the GGUF-only
-// ones other than Q8_K (whose one scale per 256 values the kernel has no tile for).
-bool int8_weights_ok(DType t);
-
-// t: int8_weights_ok.
+// t: one matmul_int8_ok accepts (matmul_int8.h).
 WeightFormat weight_format(DType t);
 
 // One block: u [block_elems], dw and mw [groups_per_block()] (mw 0 when

@@ -462,7 +462,8 @@ void quantize_row_int8(const float* x, int64_t k, int64_t group, int8_t* qx, flo
 }
 
 bool matmul_int8_ok(DType w_dtype) {
-  return int8_weights_ok(w_dtype);
+  // Q8_K's one scale per 256 values has no tile; it multiplies in bf16.
+  return is_quantized(w_dtype) && w_dtype != DType::kQ8_K;
 }
 
 int64_t matmul_int8_group(DType w_dtype) {
@@ -480,7 +481,7 @@ size_t matmul_int8_panel_bytes(int64_t k, int64_t group) {
 Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
                    DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
                    int64_t k, void* x_ws, void* const* panels, int n_threads) {
-  if (!int8_weights_ok(w_dtype)) return Status::kUnsupported;
+  if (!matmul_int8_ok(w_dtype)) return Status::kUnsupported;
   const WeightFormat f = weight_format(w_dtype);
   const int64_t g_sz = f.group;
   const int64_t ng = k / g_sz;
