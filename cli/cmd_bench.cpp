@@ -15,6 +15,7 @@
 #include "cli/command.h"
 #include "cli/compression_flags.h"
 #include "cli/offload_flags.h"
+#include "cli/speculation_flags.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -35,6 +36,7 @@ struct Options {
   int64_t max_block = RunShape{}.max_block;
   int warmup = 1, repeats = 3, threads = 0;
   CompressionFlags compression;
+  SpeculationFlags speculation;
   OffloadFlags offload;
 };
 
@@ -82,6 +84,10 @@ int run(const Options& o) {
   if (o.num_batches > 0) offload.num_gpu_batches = o.num_batches;
   eo.offload_dir = offload.offload_dir;
   o.compression.apply(eo);
+  GenerateOptions gen;
+  gen.max_new_tokens = static_cast<int32_t>(o.gen_len);
+  gen.ignore_eos = true;
+  o.speculation.apply(eo, gen);
   RunShape shape;
   shape.max_prompt = o.prompt_len;
   shape.mean_prompt = static_cast<double>(o.prompt_len);
@@ -93,9 +99,6 @@ int run(const Options& o) {
   const std::vector<Job> jobs =
       synthetic_jobs(*tokenizer, model->config().n_vocab, engine->block_size(), o.prompt_len,
                      static_cast<int32_t>(o.gen_len));
-  GenerateOptions gen;
-  gen.max_new_tokens = static_cast<int32_t>(o.gen_len);
-  gen.ignore_eos = true;
   for (int w = 0; w < o.warmup; ++w) {
     spdlog::info("bench: warm-up run {}/{}", w + 1, o.warmup);
     run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
@@ -105,8 +108,8 @@ int run(const Options& o) {
   for (int r = 0; r < o.repeats; ++r) {
     const EngineStats before = engine->stats();
     const RunSummary s = run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
-    RunReport rep = plan_report(plan, *model, o.model, eo, static_cast<double>(o.prompt_len),
-                                o.gen_len);
+    RunReport rep =
+        plan_report(plan, *model, o.model, eo, static_cast<double>(o.prompt_len), o.gen_len);
     rep.n_prompts = s.n_prompts;
     rep.n_sequences = s.n_sequences;
     rep.total_s = s.total_s;
@@ -177,6 +180,7 @@ const Command kBench{
       sub.add_option("--report", o->report, "Also write the report as JSON to this file");
       o->offload.add(sub, false);  // before compression: it owns --offload-dir
       o->compression.add(sub);
+      o->speculation.add(sub);
       return [o]() { return run(*o); };
     }};
 

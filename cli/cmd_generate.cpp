@@ -17,6 +17,7 @@
 #include "cli/command.h"
 #include "cli/compression_flags.h"
 #include "cli/offload_flags.h"
+#include "cli/speculation_flags.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -38,6 +39,7 @@ struct Options {
   int threads = 0;
   GenerateOptions gen;
   CompressionFlags compression;
+  SpeculationFlags speculation;
   OffloadFlags offload;
 };
 
@@ -85,6 +87,7 @@ int run(const Options& o) {
   if (o.batch_size && !offload.gpu_batch_size) offload.gpu_batch_size = *o.batch_size;
   eo.offload_dir = offload.offload_dir;
   o.compression.apply(eo);
+  o.speculation.apply(eo, gen);
   // The placement plans for the longest prompt and generation of the file.
   RunShape shape;
   int64_t n_to_run = 0, prompt_sum = 0;
@@ -177,6 +180,7 @@ const Command kGenerate{
       sub.add_option("--report", o->report, "Also write the run report as JSON to this file");
       o->offload.add(sub, true);  // before compression: it owns --offload-dir
       o->compression.add(sub);
+      o->speculation.add(sub);
       return [o]() { return run(*o); };
     }};
 

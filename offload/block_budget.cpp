@@ -28,8 +28,9 @@ uint64_t forward_scratch_bytes(const ModelConfig& c, int64_t t) {
 }
 
 BlockShape BlockShape::full(int64_t gpu_batch, int64_t n_micro_batches, int64_t prompt,
-                            int64_t new_tokens) {
+                            int64_t new_tokens, int64_t decode_tokens) {
   BlockShape s;
+  s.decode_tokens = decode_tokens;
   s.stored.assign(static_cast<size_t>(n_micro_batches),
                   std::vector<int64_t>(static_cast<size_t>(gpu_batch), prompt + new_tokens - 1));
   s.prompt.assign(static_cast<size_t>(n_micro_batches),
@@ -41,20 +42,27 @@ BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placem
                          const BlockShape& shape) {
   const uint64_t record = KvFile::record_bytes_for(g);
   BlockMemory m;
-  m.kv = kv_block_needs(g, placement, shape.stored);
+  m.kv = kv_block_needs(g, placement, shape.stored, shape.decode_tokens);
   m.kv_pages = static_cast<uint64_t>(m.kv.backed_pages) * g.bytes_per_page();
   m.kv_staging = 2 * static_cast<uint64_t>(m.kv.stage_records) * record;
   m.kv_disk = static_cast<uint64_t>(c.n_layer) * static_cast<uint64_t>(m.kv.disk_pages) * record;
   const int64_t q_dim = c.n_head * c.head_dim, qkv_dim = q_dim + 2 * c.n_kv_head * c.head_dim;
   int64_t rows = 0;
   for (const std::vector<int64_t>& p : shape.prompt) {
-    int64_t tokens = 0;
-    for (int64_t n : p) tokens += n;
+    int64_t prefill = 0;
+    for (int64_t n : p) prefill += n;
+    // A decode step feeds each sequence up to decode_tokens tokens, a
+    // logits row each (scoring has no decode step).
+    const auto n_seq = static_cast<int64_t>(p.size());
+    const int64_t decode = shape.all_rows ? 0 : n_seq * shape.decode_tokens;
+    const int64_t tokens = std::max(prefill, decode);
     m.hidden_tokens.push_back(tokens);
     m.hidden += static_cast<uint64_t>(tokens * c.n_embd) * sizeof(float);
     m.attention_rows += static_cast<uint64_t>(tokens * (qkv_dim + q_dim)) * sizeof(float);
-    m.group_tokens = std::max(m.group_tokens, largest_group(p));
-    rows += shape.all_rows ? tokens : static_cast<int64_t>(p.size());
+    m.group_tokens = std::max(
+        {m.group_tokens, largest_group(p),
+         largest_group(std::vector<int64_t>(static_cast<size_t>(n_seq), shape.decode_tokens))});
+    rows += shape.all_rows ? prefill : std::max(n_seq, decode);
   }
   m.scratch = forward_scratch_bytes(c, m.group_tokens);
   m.logits = static_cast<uint64_t>(rows * c.n_vocab) * sizeof(float);

@@ -11,6 +11,7 @@
 //   KV staging     two buffers of the largest micro-batch's disk pages of one
 //                  layer (records of the KV file, offload/kv_file.h)
 //   activations    every micro-batch's hidden state, f32, at its largest step
+//                  (the prefill, or a decode step verifying draft tokens)
 //   scratch        the forward's working memory for the largest group of
 //                  tokens computed at once (kMaxGroupTokens)
 //   logits         f32 rows of the step that hands out the most
@@ -45,26 +46,28 @@ uint64_t forward_scratch_bytes(const ModelConfig& c, int64_t t);
 
 // The sequences of a block by micro-batch.
 struct BlockShape {
-  std::vector<std::vector<int64_t>> stored;  // [micro-batch][seq] tokens each stores: prompt + new - 1
+  std::vector<std::vector<int64_t>>
+      stored;  // [micro-batch][seq] tokens each stores: prompt + new - 1
   std::vector<std::vector<int64_t>> prompt;  // [micro-batch][seq] prompt tokens
   bool all_rows = false;                     // logits of every prompt position (scoring)
+  int64_t decode_tokens = 1;  // tokens a decode step feeds a sequence at most (1 + drafts)
 
   // A full block: `gpu_batch` x `n_micro_batches` sequences of `prompt`
-  // tokens generating `new_tokens` each.
+  // tokens generating `new_tokens` each, fed `decode_tokens` per decode step.
   static BlockShape full(int64_t gpu_batch, int64_t n_micro_batches, int64_t prompt,
-                         int64_t new_tokens);
+                         int64_t new_tokens, int64_t decode_tokens = 1);
 };
 
 struct BlockMemory {
   KvNeeds kv;
-  uint64_t kv_pages = 0;        // backed pages
-  uint64_t kv_staging = 0;      // both staging buffers
-  uint64_t kv_disk = 0;         // bytes of the KV file
-  uint64_t hidden = 0;          // activations of every micro-batch
-  uint64_t scratch = 0;         // the forward's working memory
+  uint64_t kv_pages = 0;    // backed pages
+  uint64_t kv_staging = 0;  // both staging buffers
+  uint64_t kv_disk = 0;     // bytes of the KV file
+  uint64_t hidden = 0;      // activations of every micro-batch
+  uint64_t scratch = 0;     // the forward's working memory
   uint64_t logits = 0;
-  uint64_t attention_rows = 0;  // q/k/v and output rows of every micro-batch (one copy)
-  int64_t group_tokens = 0;     // the largest group
+  uint64_t attention_rows = 0;         // q/k/v and output rows of every micro-batch (one copy)
+  int64_t group_tokens = 0;            // the largest group
   std::vector<int64_t> hidden_tokens;  // [n_mb] tokens of each micro-batch's largest step
 
   // Activations, the forward's scratch and the logits: always where the

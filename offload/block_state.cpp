@@ -96,35 +96,33 @@ bool BlockState::begin_step(int32_t step) {
   if (n_live_ == 0) return false;
   step_ = step;
   active_.clear();
-  int64_t row = 0;
   for (MicroState& m : mbs_) {
-    m.row0 = row;
-    active_.insert(active_.end(), m.members.begin(), m.members.end());
-    row = static_cast<int64_t>(active_.size());
-  }
-  for (MicroState& m : mbs_) {
+    m.row0 = static_cast<int64_t>(active_.size());
     if (!m.live()) continue;
     m.n_groups = 0;
     int64_t n_tokens = 0;
-    for (size_t r = 0; r < m.members.size(); ++r) {
-      const int32_t b = m.members[r];
+    for (const int32_t b : m.members) {
       SeqState& s = st_[static_cast<size_t>(b)];
-      std::span<const int32_t> toks =
+      const std::span<const int32_t> toks =
           step == 0 ? std::span<const int32_t>(seqs_[static_cast<size_t>(b)].prompt)
-                    : std::span<const int32_t>(&s.next, 1);
+                    : std::span<const int32_t>(s.fed);
       const int64_t n_new = static_cast<int64_t>(toks.size());
+      // A row per token when scoring, and per fed token of a decode step.
+      const bool rows_each = all_rows_ || step > 0;
+      const int64_t rows = rows_each ? n_new : 1;
       if (m.n_groups == 0 ||
           m.groups[static_cast<size_t>(m.n_groups - 1)].host.n_tokens() + n_new > kMaxGroupTokens) {
         if (static_cast<int64_t>(m.groups.size()) == m.n_groups) m.groups.emplace_back();
         Group& gr = m.groups[static_cast<size_t>(m.n_groups++)];
         gr.host.clear();
         gr.token0 = n_tokens;
-        gr.row0 = m.row0 + (all_rows_ ? n_tokens : static_cast<int64_t>(r));
+        gr.row0 = static_cast<int64_t>(active_.size());
       }
       const int64_t start = kv_.extend(s.kv, n_new, step);
       m.groups[static_cast<size_t>(m.n_groups - 1)].host.add_sequence(
-          toks, start, kv_.pages(s.kv), page_size_, all_rows_, pos_offset_);
+          toks, start, kv_.pages(s.kv), page_size_, rows_each, pos_offset_);
       n_tokens += n_new;
+      active_.insert(active_.end(), static_cast<size_t>(all_rows_ ? 1 : rows), b);
     }
     if (sparse_pages_ > 0) {
       for (int64_t gi = 0; gi < m.n_groups; ++gi) {
@@ -153,40 +151,88 @@ void BlockState::count_attended(const MicroState& m) {
   }
 }
 
-bool BlockState::finishes_any(std::span<const SeqAction> actions) const {
-  for (size_t r = 0; r < active_.size(); ++r) {
-    const int32_t b = active_[r];
-    if (actions[r].finished ||
-        st_[static_cast<size_t>(b)].produced + 1 >= seqs_[static_cast<size_t>(b)].max_new_tokens) {
-      return true;
-    }
+namespace {
+
+// Calls f(b, r0, n) for each sequence of the step: block index b, its first
+// row r0 and its n rows (consecutive in `active`).
+template <class F>
+void for_each_sequence(const std::vector<int32_t>& active, F&& f) {
+  for (size_t r = 0; r < active.size();) {
+    size_t n = 1;
+    while (r + n < active.size() && active[r + n] == active[r]) ++n;
+    f(active[r], r, n);
+    r += n;
   }
-  return false;
 }
 
-void BlockState::end_step(std::span<const SeqAction> actions, int64_t n_vocab) {
+}  // namespace
+
+bool BlockState::finishes_any(std::span<const SeqAction> actions) const {
+  bool any = false;
+  for_each_sequence(active_, [&](int32_t b, size_t r0, size_t) {
+    const SeqAction& a = actions[r0];
+    any = any || a.finished ||
+          st_[static_cast<size_t>(b)].produced + 1 + a.accepted >=
+              seqs_[static_cast<size_t>(b)].max_new_tokens;
+  });
+  return any;
+}
+
+int64_t BlockState::draft_room(const SeqState& s, size_t b, int64_t wanted) const {
+  int64_t room = std::min<int64_t>({wanted, max_draft_, seqs_[b].max_new_tokens - s.produced - 1});
+  // The fed token goes to position len, draft i to len + i: the first page
+  // end a draft reaches on disk caps them before it.
+  const int64_t len = kv_.length(s.kv);
+  for (int64_t end = (len / page_size_ + 1) * page_size_ - 1; end <= len + room;
+       end += page_size_) {
+    if (end > len && kv_page_home(kv_.placement(), end / page_size_) == Tier::kDisk) {
+      room = end - len - 1;
+      break;
+    }
+  }
+  return std::max<int64_t>(room, 0);
+}
+
+BlockState::Kept BlockState::end_step(std::span<const SeqAction> actions, int64_t n_vocab) {
   STRATA_ASSERT(actions.size() == active_.size());
-  for (size_t r = 0; r < active_.size(); ++r) {
-    const int32_t b = active_[r];
+  auto check_id = [&](int32_t tok, const char* what, int32_t b) {
+    if (tok < 0 || tok >= n_vocab) {
+      fail("step {}: the {} {} of sequence {} is outside the vocabulary of {} ids", step_, what,
+           tok, b, n_vocab);
+    }
+  };
+  Kept kept;
+  for_each_sequence(active_, [&](int32_t b, size_t r0, size_t n) {
     SeqState& s = st_[static_cast<size_t>(b)];
-    ++s.produced;
-    const bool done =
-        actions[r].finished || s.produced >= seqs_[static_cast<size_t>(b)].max_new_tokens;
+    const SeqAction& a = actions[r0];
+    const int64_t drafted = all_rows_ ? 0 : static_cast<int64_t>(n) - 1;
+    if (a.accepted < 0 || a.accepted > drafted) {
+      fail("step {}: sequence {} accepts {} draft tokens of the {} it was fed", step_, b,
+           a.accepted, drafted);
+    }
+    kv_.truncate(s.kv, drafted - a.accepted);
+    s.produced += 1 + a.accepted;
+    kept.tokens += 1 + a.accepted;
+    kept.drafted += drafted;
+    kept.accepted += a.accepted;
+    const bool done = a.finished || s.produced >= seqs_[static_cast<size_t>(b)].max_new_tokens;
     if (!done) {
-      const int32_t tok = actions[r].next_token;
-      if (tok < 0 || tok >= n_vocab) {
-        fail("step {}: the next token {} of sequence {} is outside the vocabulary of {} ids", step_,
-             tok, b, n_vocab);
+      check_id(a.next_token, "next token", b);
+      const int64_t d = draft_room(s, static_cast<size_t>(b), static_cast<int64_t>(a.draft.size()));
+      s.fed.assign(1, a.next_token);
+      for (int64_t i = 0; i < d; ++i) {
+        check_id(a.draft[static_cast<size_t>(i)], "draft token", b);
+        s.fed.push_back(a.draft[static_cast<size_t>(i)]);
       }
-      s.next = tok;
-      continue;
+      return;
     }
     kv_.remove_sequence(s.kv);
     s.kv = -1;
     --n_live_;
     auto& members = mbs_[static_cast<size_t>(b / gpu_batch_size_)].members;
     members.erase(std::find(members.begin(), members.end(), b));
-  }
+  });
+  return kept;
 }
 
 }  // namespace strata

@@ -1,11 +1,10 @@
 // The live state of one block while the engine runs it: its sequences (the
-// KV sequence of each, the token fed to the next step, the logits rows
-// handed out), the micro-batches they fill in order (gpu_batch_size each)
-// and, for each generation step, each micro-batch's groups of sequences the
-// forward computes at once (at most kMaxGroupTokens tokens, with the host
-// arrays of the micro-batch: offload/block_budget.h) and its hidden state.
-// It assigns KV slots for the step's new tokens (kv/kv_cache.h); it moves
-// no bytes and computes nothing.
+// KV sequence of each, the tokens fed to the next step: the next token and
+// the draft tokens taken for verification, the tokens produced), the micro-batches they fill in
+// order (gpu_batch_size each) and, for each generation step, each micro-batch's groups of sequences
+// the forward computes at once (at most kMaxGroupTokens tokens, with the host arrays of the
+// micro-batch: offload/block_budget.h) and its hidden state. It assigns KV slots for the step's new
+// tokens (kv/kv_cache.h); it moves no bytes and computes nothing.
 #pragma once
 
 #include <cstdint>
@@ -59,20 +58,31 @@ class BlockState {
   // decode step attended) and those sparse attention's selections skipped.
   uint64_t kv_attended_bytes() const { return kv_attended_; }
   uint64_t kv_skipped_bytes() const { return kv_skipped_; }
+  // Speculative decoding: the most draft tokens a decode step feeds a
+  // sequence (SeqAction::draft); 0: drafts are ignored.
+  void set_max_draft(int64_t n) { max_draft_ = n; }
   // A new block of `seqs` (each with a KV sequence); `all_rows`: logits of
   // every prompt position (scoring one sequence).
   void start(std::span<const SeqInput> seqs, bool all_rows);
   // Generation step `step`: the active rows, KV slots for every live
-  // sequence's new tokens (its prompt at step 0, then the token fed back)
-  // and the groups. False when no sequence is live (the block is over).
+  // sequence's new tokens (its prompt at step 0, then the token fed back and
+  // its draft tokens, a logits row each) and the groups. False when no
+  // sequence is live (the block is over).
   bool begin_step(int32_t step);
-  // True when `actions` (one per active row) end a sequence: its KV pages
-  // are freed by end_step.
+  // True when `actions` (one per active row, a sequence's in its first)
+  // end a sequence: its KV pages are freed by end_step.
   bool finishes_any(std::span<const SeqAction> actions) const;
-  // After the step: hands each active row's action over; a sequence that
-  // is finished (or has produced max_new_tokens) leaves the block and frees
-  // its KV. Error for a next token outside the vocabulary.
-  void end_step(std::span<const SeqAction> actions, int64_t n_vocab);
+  // What end_step counted: tokens the caller kept (one per sequence, plus
+  // its accepted draft tokens), draft tokens verified and accepted.
+  struct Kept {
+    int64_t tokens = 0, drafted = 0, accepted = 0;
+  };
+  // After the step: hands each sequence's action over. The KV rows of its
+  // rejected draft tokens are dropped; a sequence that is finished (or has
+  // produced max_new_tokens) leaves the block and frees its KV; the others
+  // are fed their next token and the draft tokens taken (draft_room). Error
+  // for a token outside the vocabulary or an accepted count out of range.
+  Kept end_step(std::span<const SeqAction> actions, int64_t n_vocab);
   // Frees every live sequence's KV (however a block ends).
   void clear();
 
@@ -96,16 +106,21 @@ class BlockState {
   // Adds a decode step's attended and skipped KV bytes of micro-batch m.
   void count_attended(const MicroState& m);
   struct SeqState {
-    int32_t kv = -1;       // KV sequence, -1 once finished
-    int32_t next = -1;     // token fed to the next decode step
-    int32_t produced = 0;  // logits rows handed out so far
+    int32_t kv = -1;           // KV sequence, -1 once finished
+    std::vector<int32_t> fed;  // tokens fed to the next decode step: next, then drafts
+    int32_t produced = 0;      // tokens produced so far (kept by the caller)
   };
+  // How many of `wanted` draft tokens sequence b is fed next: at most
+  // max_draft_, none past its max_new_tokens, and none that would complete a
+  // disk-homed KV page (whose record is stored in the step that completes it).
+  int64_t draft_room(const SeqState& s, size_t b, int64_t wanted) const;
 
   KvCache& kv_;
   int64_t gpu_batch_size_;
   int64_t page_size_;
   int64_t pos_offset_;
   int64_t sparse_pages_ = 0;
+  int64_t max_draft_ = 0;
   bool sparse_keep_first_ = false;
   uint64_t kv_attended_ = 0, kv_skipped_ = 0;
   std::span<const SeqInput> seqs_;

@@ -56,6 +56,22 @@ EngineOptions validated_options(const EngineOptions& o) {
   if (o.sparse_budget < 0) {
     fail("--sparse-budget {}: must not be negative (0: dense)", o.sparse_budget);
   }
+  if (o.max_draft_tokens < 0 || o.max_draft_tokens > kMaxDraftTokens) {
+    fail("--speculate-tokens {}: use 1 to {} draft tokens per step", o.max_draft_tokens,
+         kMaxDraftTokens);
+  }
+  if (o.max_draft_tokens > 0 && o.sparse_budget > 0) {
+    fail(
+        "--speculate and --sparse-budget {} cannot be combined: a step that verifies draft "
+        "tokens attends densely; drop one of them",
+        o.sparse_budget);
+  }
+  if (o.max_draft_tokens > 0 && is_quantized(o.kv_dtype)) {
+    fail(
+        "--speculate needs a KV cache of f32, f16 or bf16, not {}: the keys of a quantized page "
+        "share its scales, which rejected draft tokens would change; use --compress-kv none or f16",
+        dtype_name(o.kv_dtype));
+  }
   check_dtypes(device_caps(o.device), o.compute_dtype, o.kv_dtype);
   check_sparse(device_caps(o.device), o.sparse_budget, o.page_size);
   EngineOptions v = o;

@@ -10,6 +10,10 @@
 
 namespace strata {
 
+// The most draft tokens a decode step verifies per sequence
+// (EngineOptions::max_draft_tokens).
+inline constexpr int64_t kMaxDraftTokens = 32;
+
 // The options checked, with the KV budget's default; Error naming the bad
 // setting.
 EngineOptions validated_options(const EngineOptions& o);

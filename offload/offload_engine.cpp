@@ -146,8 +146,9 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options, C
   tiers_ = std::make_unique<TierBudgets>(to, mode_, std::move(dev_.host_allocator));
   tiers_->check_weights(wplace_);
   if (opt_.plan_prompt_tokens > 0 && opt_.plan_new_tokens > 0) {
-    const BlockShape full = BlockShape::full(opt_.gpu_batch_size, opt_.num_gpu_batches,
-                                             opt_.plan_prompt_tokens, opt_.plan_new_tokens);
+    const BlockShape full =
+        BlockShape::full(opt_.gpu_batch_size, opt_.num_gpu_batches, opt_.plan_prompt_tokens,
+                         opt_.plan_new_tokens, 1 + opt_.max_draft_tokens);
     check_block(block_memory(c, geo, placement_, full), block_size(),
                 opt_.plan_prompt_tokens + opt_.plan_new_tokens - 1);
   }
@@ -190,6 +191,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options, C
   block_ =
       std::make_unique<BlockState>(*kv_, opt_.gpu_batch_size, opt_.num_gpu_batches, pos_offset());
   block_->set_sparse(opt_.sparse_budget / opt_.page_size, opt_.sparse_keep_first);
+  block_->set_max_draft(opt_.max_draft_tokens);
   if (attention_) attention_->attach(*kv_, *block_);
   // What the weights hold now: in place and vectors (host memory), or the
   // cpu share's copies (otherwise), and the staging buffers.
@@ -318,6 +320,7 @@ BlockShape OffloadEngine::check_sequences(std::span<const SeqInput> seqs, bool a
   const char* what = all_rows ? "scored sequence" : "prompt";
   BlockShape shape;
   shape.all_rows = all_rows;
+  shape.decode_tokens = 1 + opt_.max_draft_tokens;
   shape.stored.resize(static_cast<size_t>(opt_.num_gpu_batches));
   shape.prompt.resize(static_cast<size_t>(opt_.num_gpu_batches));
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -505,10 +508,14 @@ void OffloadEngine::end_step(const StepFn& on_step, bool all_rows) {
   const std::vector<int32_t>& active = block_->active();
   actions_.assign(active.size(), SeqAction{});
   on_step(step, active, logits, actions_);
-  if (!all_rows) stats_.generated_tokens += static_cast<int64_t>(active.size());
   // A finished sequence's pages may still be read by their stores.
   if (block_->finishes_any(actions_)) kv_stage_->wait_retiring(*exec_);
-  block_->end_step(actions_, V);
+  const BlockState::Kept kept = block_->end_step(actions_, V);
+  if (all_rows) return;
+  stats_.generated_tokens += kept.tokens;
+  stats_.drafted_tokens += kept.drafted;
+  stats_.accepted_tokens += kept.accepted;
+  if (step > 0) ++stats_.decode_steps;
 }
 
 std::vector<float> OffloadEngine::score(std::span<const int32_t> tokens) {

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "generate/chat_template.h"
+#include "generate/ngram_draft.h"
 #include "generate/openai_response.h"
 #include "generate/stop.h"
 #include "io/one_line.h"
@@ -46,6 +47,8 @@ struct SeqState {
   const Job* job;
   SeqSampler sampler;
   StopChecker stop;
+  std::vector<int32_t> context;  // prompt and output so far (speculation only)
+  std::vector<int32_t> draft;    // the draft tokens last proposed
 };
 
 }  // namespace
@@ -293,32 +296,50 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
       const SeqSampler sampler = job.seed
                                      ? SeqSampler(job.sampling, *job.seed, 0, n_sample)
                                      : SeqSampler(job.sampling, options.seed, job.index, n_sample);
-      states.push_back({&job, sampler, StopChecker(tokenizer, eos, job.stop, job.max_new_tokens)});
+      states.push_back(
+          {&job, sampler, StopChecker(tokenizer, eos, job.stop, job.max_new_tokens), {}, {}});
       states.back().sampler.observe(job.tokens);
+      if (options.speculate_tokens > 0) states.back().context = job.tokens;
     }
     summary.n_sequences += static_cast<int64_t>(seqs.size());
     engine.run_block(seqs, [&](int /*step*/, std::span<const int32_t> active, const float* logits,
                                std::span<SeqAction> actions) {
       STRATA_ASSERT(actions.size() == active.size());
-      for (size_t r = 0; r < active.size(); ++r) {
+      // A sequence's rows are consecutive: one per token it was fed.
+      for (size_t r = 0, n = 1; r < active.size(); r += n) {
         STRATA_ASSERT(active[r] >= 0 && static_cast<size_t>(active[r]) < states.size());
+        n = 1;
+        while (r + n < active.size() && active[r + n] == active[r]) ++n;
         SeqState& st = states[active[r]];
         STRATA_ASSERT_MSG(!st.stop.finished(), "the engine stepped a finished sequence ({})",
                           active[r]);
-        const std::span<const float> row(logits + static_cast<int64_t>(r) * n_vocab_model,
-                                         static_cast<size_t>(n_sample));
-        const int32_t token = st.sampler.sample(row);
-        const FinishReason reason = st.stop.push(token);
-        ++summary.generated_tokens;
-        actions[r].next_token = token;
-        actions[r].finished = reason != FinishReason::kNone;
-        if (actions[r].finished) {
+        STRATA_ASSERT(n - 1 <= st.draft.size());
+        SeqAction& action = actions[r];
+        FinishReason reason = FinishReason::kNone;
+        // Row i follows fed token i: its choice is kept, and row i + 1 read
+        // only when the choice is the draft token fed next.
+        for (size_t i = 0; i < n; ++i) {
+          const std::span<const float> row(logits + static_cast<int64_t>(r + i) * n_vocab_model,
+                                           static_cast<size_t>(n_sample));
+          const int32_t token = st.sampler.sample(row);
+          reason = st.stop.push(token);
+          ++summary.generated_tokens;
+          action.next_token = token;
+          action.accepted = static_cast<int32_t>(i);
+          if (options.speculate_tokens > 0) st.context.push_back(token);
+          if (reason != FinishReason::kNone || i + 1 == n || token != st.draft[i]) break;
+        }
+        action.finished = reason != FinishReason::kNone;
+        if (action.finished) {
           if (out) {
             out->append(st.job->index, make_record(*st.job, st.stop.text(), st.stop.ids(),
                                                    finish_reason_name(reason), options));
           }
           ++summary.n_prompts;
           ++n_done;
+        } else if (options.speculate_tokens > 0) {
+          st.draft = ngram_draft(st.context, options.speculate_tokens);
+          action.draft = st.draft;
         }
       }
       progress.update(n_done, summary.generated_tokens);

@@ -10,6 +10,9 @@
 //      sequence (SeqSampler, stream (seed, input index)), applies the stop
 //      rules (StopChecker), and when a sequence finishes its record goes to
 //      the OutputFile at once. At the end OUTPUT is written in input order.
+//      With speculation a sequence's step has a row per fed token: the
+//      rows are sampled in order while each choice confirms the next draft
+//      token, then new draft tokens are proposed (prompt lookup).
 //
 // Prompts longer than the context: by default an Error naming the prompt id
 // and the lengths; with skip_long a warning, and the prompt's record says
@@ -79,6 +82,13 @@ struct GenerateOptions {
   bool progress = false;              // progress line on stderr
   std::string response_model;         // the model's name in OpenAI answers
   std::string chat_template_file;     // --chat-template: overrides the model's template
+  // Speculative decoding by prompt lookup (generate/ngram_draft.h): draft
+  // tokens proposed per sequence and step, verified by the engine (at most
+  // EngineOptions::max_draft_tokens of them); 0: none. The records are the
+  // same as without: every token is still the sampler's choice from the
+  // target's logits, in order, and a draft token is kept only when that
+  // choice equals it (so the random streams are consumed as without).
+  int32_t speculate_tokens = 0;
 };
 
 // One prompt, ready to run.

@@ -24,15 +24,29 @@ namespace strata {
 class Trace;  // offload/trace.h
 
 // What the caller decides for one sequence after a step.
+//
+// Speculative decoding: besides its next token the caller may propose
+// `draft` tokens to follow it. The next decode step then feeds the sequence
+// its next token and as many of the draft tokens as the engine takes (at
+// most EngineOptions::max_draft_tokens, fewer near the sequence's end or
+// where a draft token would complete a KV page that lives on disk), and
+// hands out one logits row per fed token: row i predicts the token after
+// fed token i. The caller keeps the first `accepted` draft tokens (those its
+// own choice from the rows before confirms); the engine drops the KV rows of
+// the rest before any of them reaches a slower tier.
 struct SeqAction {
-  int32_t next_token = -1;  // fed to the next decode step unless `finished`
-  bool finished = false;    // the sequence leaves the block; its KV pages are freed
+  int32_t next_token = -1;     // fed to the next decode step unless `finished`
+  bool finished = false;       // the sequence leaves the block; its KV pages are freed
+  int32_t accepted = 0;        // draft tokens of this step kept, 0 .. rows - 1
+  std::vector<int32_t> draft;  // proposed tokens after next_token (speculation)
 };
 
 // Called after the prefill (step 0) and after every decode step.
-//   active: indices into the block's sequences that produced logits this step
+//   active: indices into the block's sequences, one per logits row; a
+//           sequence fed draft tokens has one row per fed token, consecutive
 //   logits: [active.size(), n_vocab] f32, row r belongs to active[r]
-//   out:    [active.size()], one action per active sequence, filled by the callee
+//   out:    [active.size()], filled by the callee: one action per sequence,
+//           in the entry of its first row (the others are ignored)
 using StepFn = std::function<void(int step, std::span<const int32_t> active, const float* logits,
                                   std::span<SeqAction> out)>;
 
@@ -46,7 +60,12 @@ struct EngineStats {
   double prefill_s = 0;  // wall time of prefill steps
   double decode_s = 0;   // wall time of decode steps
   int64_t prompt_tokens = 0;
-  int64_t generated_tokens = 0;  // tokens sampled by the caller (one per active seq per step)
+  int64_t generated_tokens = 0;  // tokens the caller kept: one per sequence and step, plus
+                                 // its accepted draft tokens
+  int64_t decode_steps = 0;      // decode steps (passes over the weights), summed over blocks
+  // Speculative decoding: draft tokens fed to decode steps (verified) and
+  // those the caller accepted.
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
   struct Link {
     uint64_t bytes = 0;
     double busy_s = 0;
@@ -100,6 +119,12 @@ struct EngineOptions {
   // one page.
   int64_t sparse_budget = 0;
   bool sparse_keep_first = true;  // the first page (the attention sink) always kept
+  // Speculative decoding: the most draft tokens (SeqAction::draft) a decode
+  // step verifies per sequence; 0: none (a draft is ignored). Sizes the
+  // block's activations for 1 + this many tokens per sequence. Not with
+  // sparse attention or a quantized KV cache (refused when the engine is
+  // made): verification appends several keys per sequence at once.
+  int64_t max_draft_tokens = 0;
   // Byte budgets of the tiers (--gpu-mem, --cpu-mem, --disk-mem); 0: the
   // default (cpu: the RAM available at start; disk: the free space in
   // offload_dir). On the CPU device the RAM budget is gpu_mem + cpu_mem.

@@ -75,6 +75,9 @@ nlohmann::ordered_json RunReport::to_json() const {
     if (engine_s > 0) busy[queue] = s / engine_s;
   }
   j["queue_busy"] = busy;
+  j["decode_steps"] = engine.decode_steps;
+  j["drafted_tokens"] = engine.drafted_tokens;
+  j["accepted_tokens"] = engine.accepted_tokens;
   j["kv_attended_bytes"] = engine.kv_attended_bytes;
   j["kv_skipped_bytes"] = engine.kv_skipped_bytes;
   j["sparse_prefetch_hits"] = engine.sparse_hits;
@@ -149,6 +152,17 @@ void RunReport::print(std::FILE* out) const {
                   rate_text(rate(static_cast<double>(decode_tokens(*this)), engine.decode_s))));
   row("total", fmt::format("{:.3f} s  {}", total_s,
                            rate_text(rate(static_cast<double>(engine.generated_tokens), total_s))));
+  if (engine.decode_steps > 0) {
+    row("decode steps", fmt::format("{}  {:.2f} tokens per weight pass", engine.decode_steps,
+                                    static_cast<double>(decode_tokens(*this)) /
+                                        static_cast<double>(engine.decode_steps)));
+  }
+  if (engine.drafted_tokens > 0) {
+    row("speculation", fmt::format("accepted {} of {} draft tokens ({:.1f} %)",
+                                   engine.accepted_tokens, engine.drafted_tokens,
+                                   100.0 * static_cast<double>(engine.accepted_tokens) /
+                                       static_cast<double>(engine.drafted_tokens)));
+  }
   for (const auto& [name, l] : engine.links) {
     auto gbs = rate(static_cast<double>(l.bytes) / 1e9, l.busy_s);
     row("link " + name,
@@ -199,6 +213,9 @@ EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
   d.decode_s -= before.decode_s;
   d.prompt_tokens -= before.prompt_tokens;
   d.generated_tokens -= before.generated_tokens;
+  d.decode_steps -= before.decode_steps;
+  d.drafted_tokens -= before.drafted_tokens;
+  d.accepted_tokens -= before.accepted_tokens;
   d.kv_attended_bytes -= std::min(d.kv_attended_bytes, before.kv_attended_bytes);
   d.kv_skipped_bytes -= std::min(d.kv_skipped_bytes, before.kv_skipped_bytes);
   d.sparse_hits -= std::min(d.sparse_hits, before.sparse_hits);

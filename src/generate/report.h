@@ -4,7 +4,8 @@
 // the stable top-level names of docs/DESIGN.md §8:
 //   model, policy, hardware, n_prompts, prompt_tokens, generated_tokens,
 //   prefill_s, decode_s, total_s, prefill_tokens_per_s, decode_tokens_per_s,
-//   total_tokens_per_s, links {name: {bytes, busy_s, gb_per_s}},
+//   total_tokens_per_s, decode_steps, drafted_tokens, accepted_tokens,
+//   links {name: {bytes, busy_s, gb_per_s}},
 //   peak_bytes {tier: bytes}, queue_busy {queue: share}, predicted {...}
 //   (with total_error, measured over predicted total less 1).
 // Throughputs follow FlexGen: prefill = prompt tokens / prefill time; decode =

@@ -29,8 +29,12 @@ Tier kv_page_home(const Placement& f, int64_t page_index) {
 }
 
 KvNeeds kv_block_needs(const KvGeometry& g, const Placement& placement,
-                       const std::vector<std::vector<int64_t>>& lengths) {
+                       const std::vector<std::vector<int64_t>>& lengths, int64_t decode_tokens) {
   KvNeeds n;
+  // Disk pages of a sequence backed at once: the partial one, or the one
+  // completed in the previous step until it retires; with draft tokens also
+  // the page they open after the fed token completes one.
+  const int64_t disk_backed = decode_tokens > 1 ? 2 : 1;
   std::vector<int64_t> disk;  // disk pages of each sequence
   for (const std::vector<int64_t>& mb : lengths) {
     int64_t records = 0;
@@ -46,9 +50,7 @@ KvNeeds kv_block_needs(const KvGeometry& g, const Placement& placement,
           ++ram;
         }
       }
-      // At most one disk page of a sequence is backed at a time: the partial
-      // one, or the one completed in the previous step until it retires.
-      n.backed_pages += ram + (any_disk_page ? 1 : 0);
+      n.backed_pages += ram + (any_disk_page ? disk_backed : 0);
       disk.push_back(disk_full);
       records += disk_full;
     }
@@ -187,6 +189,23 @@ int64_t KvCache::extend(int32_t seq, int64_t n_new, int32_t step) {
   }
   s.length = new_len;
   return old_len;
+}
+
+void KvCache::truncate(int32_t seq, int64_t n_drop) {
+  Seq& s = get(seq);
+  STRATA_ASSERT(n_drop >= 0 && n_drop <= s.length);
+  const int64_t ps = pool_.geometry().page_size;
+  const int64_t new_len = s.length - n_drop;
+  for (int64_t p = new_len / ps; (p + 1) * ps <= s.length; ++p) {
+    STRATA_ASSERT_MSG(kv_page_home(placement_, p) != Tier::kDisk,
+                      "truncating sequence {} would reopen its completed disk page {}", seq, p);
+  }
+  const auto want = static_cast<size_t>(pool_.geometry().pages_for(new_len));
+  while (s.pages.size() > want) {
+    free_page(s.pages.back());
+    s.pages.pop_back();
+  }
+  s.length = new_len;
 }
 
 KvNeeds KvCache::needs(const std::vector<std::vector<int64_t>>& lengths) const {

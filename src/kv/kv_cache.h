@@ -68,9 +68,11 @@ struct KvNeeds {
   int64_t disk_extent = 1;    // slots per extent
   int64_t stage_records = 0;  // staging records of the largest micro-batch at one layer
 };
-// For micro-batches of sequences growing to `lengths[k][s]` tokens.
+// For micro-batches of sequences growing to `lengths[k][s]` tokens, fed
+// up to `decode_tokens` tokens per decode step (1 + draft tokens: a step
+// whose first token completes a disk page may open the next with drafts).
 KvNeeds kv_block_needs(const KvGeometry& geometry, const Placement& placement,
-                       const std::vector<std::vector<int64_t>>& lengths);
+                       const std::vector<std::vector<int64_t>>& lengths, int64_t decode_tokens = 1);
 
 class KvCache {
  public:
@@ -103,6 +105,11 @@ class KvCache {
   // the previous length (the position of the first new token). Error (from
   // the pool) when the budget is exhausted; the sequence is then unchanged.
   int64_t extend(int32_t seq, int64_t n_new, int32_t step = 0);
+  // Takes back the last n_drop tokens' slots (speculative decoding's
+  // rejected draft tokens): pages left empty return to the pool. The tokens
+  // must not have completed a disk-homed page (its record is stored in the
+  // step that completes it).
+  void truncate(int32_t seq, int64_t n_drop);
   // Disk-homed pages the last extend() of `seq` completed (fresh unbacked
   // ones and backed ones), in table order: their records are stored in
   // this step.

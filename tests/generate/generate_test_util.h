@@ -8,7 +8,8 @@
 // favourite(tokens) (by default (last + 1) mod n_vocab). It checks the
 // interface's rules (non-empty prompts, prompt + max_new_tokens within the
 // context, at most block_size sequences, every sequence finished by its
-// max_new_tokens) and records what it was asked to run.
+// max_new_tokens) and records what it was asked to run. With max_draft > 0
+// it verifies draft tokens as the engine does: a row per fed token.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -26,8 +27,8 @@
 
 #include "core/error.h"
 #include "generate/engine.h"
-#include "tokenizer/tokenizer.h"
 #include "support/files.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata::test {
 
@@ -75,29 +76,51 @@ class FakeEngine : public Engine {
       stats_.prompt_tokens += static_cast<int64_t>(s.prompt.size());
     }
     block_prompt_sizes.push_back(sizes);
-    std::vector<int32_t> active(seqs.size());
-    for (size_t i = 0; i < seqs.size(); ++i) active[i] = static_cast<int32_t>(i);
-    for (int step = 0; !active.empty(); ++step) {
-      // Rows in reverse order on odd steps: the caller must follow `active`.
-      if (step % 2 == 1) std::reverse(active.begin(), active.end());
-      std::vector<float> logits(active.size() * config_.n_vocab);
-      for (size_t r = 0; r < active.size(); ++r) {
-        logits_for(tokens[active[r]], logits.data() + r * config_.n_vocab);
+    // drafts[s]: the draft tokens fed after the last of tokens[s] (at most
+    // max_draft, none past the sequence's limit); a row each.
+    std::vector<std::vector<int32_t>> drafts(seqs.size());
+    std::vector<int32_t> order(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) order[i] = static_cast<int32_t>(i);
+    for (int step = 0; !order.empty(); ++step) {
+      // Sequences in reverse order on odd steps: the caller must follow `active`.
+      if (step % 2 == 1) std::reverse(order.begin(), order.end());
+      std::vector<int32_t> active;
+      std::vector<float> logits;
+      for (const int32_t s : order) {
+        std::vector<int32_t> ctx = tokens[s];
+        for (size_t i = 0; i <= drafts[s].size(); ++i) {
+          if (i > 0) ctx.push_back(drafts[s][i - 1]);
+          active.push_back(s);
+          logits.resize(active.size() * config_.n_vocab);
+          logits_for(ctx, logits.data() + (active.size() - 1) * config_.n_vocab);
+        }
       }
       std::vector<SeqAction> actions(active.size());
       on_step(step, active, logits.data(), actions);
       std::vector<int32_t> next;
-      for (size_t r = 0; r < active.size(); ++r) {
+      for (size_t r = 0, n = 0; r < active.size(); r += n) {
         const int32_t s = active[r];
-        ++generated[s];
-        ++stats_.generated_tokens;
-        if (actions[r].finished) continue;
+        n = 1 + drafts[s].size();
+        const SeqAction& a = actions[r];
+        EXPECT_GE(a.accepted, 0);
+        EXPECT_LE(static_cast<size_t>(a.accepted), drafts[s].size());
+        stats_.drafted_tokens += static_cast<int64_t>(drafts[s].size());
+        stats_.accepted_tokens += a.accepted;
+        tokens[s].insert(tokens[s].end(), drafts[s].begin(), drafts[s].begin() + a.accepted);
+        generated[s] += 1 + a.accepted;
+        stats_.generated_tokens += 1 + a.accepted;
+        drafts[s].clear();
+        if (a.finished) continue;
         EXPECT_LT(generated[s], seqs[s].max_new_tokens) << "sequence not finished at its limit";
         if (generated[s] >= seqs[s].max_new_tokens) continue;
-        tokens[s].push_back(actions[r].next_token);
+        tokens[s].push_back(a.next_token);
+        const int64_t room =
+            std::min<int64_t>(max_draft, seqs[s].max_new_tokens - generated[s] - 1);
+        drafts[s].assign(a.draft.begin(),
+                         a.draft.begin() + std::min<int64_t>(room, std::ssize(a.draft)));
         next.push_back(s);
       }
-      active = next;
+      order = next;
       ++n_steps;
     }
     n_seqs_run += static_cast<int64_t>(seqs.size());
@@ -121,6 +144,8 @@ class FakeEngine : public Engine {
         return static_cast<int32_t>((t.back() + 1) % config_.n_vocab);
       };
   float bonus = 6.0f;
+  int64_t max_draft =
+      0;  // draft tokens a step verifies per sequence (EngineOptions::max_draft_tokens)
   int throw_after_blocks = -1;  // >= 0: run_block throws once this many blocks ran
   int n_blocks_run = 0;
   int64_t n_seqs_run = 0;

@@ -233,6 +233,56 @@ TEST(Driver, OutputDoesNotDependOnBlockSizeOrOtherPrompts) {
   EXPECT_NE(read_text(dir.file("seed12.jsonl")), outputs[0]);
 }
 
+// Speculation by prompt lookup changes how many passes a run takes, never
+// its records: greedy and sampled alike (each kept token is the sampler's
+// choice from its own row, in order), whatever the draft length, with
+// sequences ending on their limit or a stop string amid accepted drafts.
+TEST(Driver, SpeculationKeepsTheRecordsOfDecodingWithout) {
+  ScratchDir dir;
+  write_text(dir.file("p.txt"), kPrompts);
+  // The favourite repeats the token five back: the output copies its own
+  // recent past (and, first, the prompt's end), which prompt lookup predicts.
+  auto make = [&](int64_t max_draft) {
+    auto e = std::make_unique<FakeEngine>(vocab(), 3);
+    e->favourite = [](const std::vector<int32_t>& t) {
+      return t.size() >= 5 ? t[t.size() - 5] : t.back();
+    };
+    e->bonus = 9.0f;  // sampled: the favourite about 88% of the time
+    e->max_draft = max_draft;
+    return e;
+  };
+  GenerateOptions sampled = greedy(40);
+  sampled.sampling.temperature = 1.0f;
+  sampled.seed = 5;
+  GenerateOptions stopped = greedy(40);
+  stopped.stop = {"fox brown fox brown fox b", "ooHellooHe"};
+  for (const auto& [name, base] : {std::pair<std::string, GenerateOptions>{"greedy", greedy(40)},
+                                   {"sampled", sampled},
+                                   {"stop", stopped}}) {
+    auto ref_engine = make(0);
+    run_file(dir.file("p.txt"), dir.file(name + ".jsonl"), base, *ref_engine);
+    const std::string ref = read_text(dir.file(name + ".jsonl"));
+    if (name == "stop") {
+      ASSERT_NE(ref.find("\"finish_reason\":\"stop\""), std::string::npos) << ref;
+    }
+    for (const int32_t k : {1, 3, 8}) {
+      GenerateOptions o = base;
+      o.speculate_tokens = k;
+      auto e = make(k);
+      const std::string out = dir.file(name + std::to_string(k) + ".jsonl");
+      const RunSummary s = run_file(dir.file("p.txt"), out, o, *e);
+      EXPECT_EQ(read_text(out), ref) << name << " with " << k << " draft tokens";
+      EXPECT_EQ(s.generated_tokens, e->stats().generated_tokens) << name << " " << k;
+      EXPECT_GT(e->stats().accepted_tokens, 0) << name << " " << k;
+      EXPECT_LT(e->n_steps, ref_engine->n_steps) << name << " " << k << ": no pass was saved";
+      if (name == "sampled") {
+        EXPECT_LT(e->stats().accepted_tokens, e->stats().drafted_tokens)
+            << "no draft token was rejected: the rejection path went untested";
+      }
+    }
+  }
+}
+
 TEST(Driver, PerPromptTemperatureAndMaxNewTokens) {
   ScratchDir dir;
   write_text(dir.file("p.jsonl"),

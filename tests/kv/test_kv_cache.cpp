@@ -78,6 +78,49 @@ TEST(KvCache, PagesOnDemandAndFreedWithTheSequence) {
   EXPECT_EQ(kv.pool().peak_bytes(), 5 * g.bytes_per_page());
 }
 
+// Speculative decoding takes back the slots of rejected draft tokens: the
+// length drops, pages left empty return to the pool, the rest stay.
+TEST(KvCache, TruncateFreesTheEmptiedPagesOnly) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF32, 4);
+  KvCache kv(be, g, 100 * g.bytes_per_page());
+  const int32_t a = kv.add_sequence();
+  kv.extend(a, 6);  // pages 0 (full) and 1 (2 of 4)
+  const std::vector<int32_t> first(kv.pages(a).begin(), kv.pages(a).end());
+  kv.extend(a, 5, 1);  // 11 tokens: page 1 completed, page 2 opened
+  ASSERT_EQ(kv.pages(a).size(), 3u);
+  kv.truncate(a, 4);  // back to 7: page 2 is empty again
+  EXPECT_EQ(kv.length(a), 7);
+  EXPECT_EQ(std::vector<int32_t>(kv.pages(a).begin(), kv.pages(a).end()), first);
+  EXPECT_EQ(kv.pool().n_used(), 2);
+  kv.truncate(a, 0);
+  EXPECT_EQ(kv.length(a), 7);
+  EXPECT_EQ(kv.pool().n_used(), 2);
+  kv.truncate(a, 3);  // 4 tokens: page 1 goes, page 0 stays full
+  EXPECT_EQ(kv.pages(a).size(), 1u);
+  EXPECT_EQ(kv.pool().n_used(), 1);
+  EXPECT_EQ(kv.extend(a, 2, 2), 4) << "the next token goes where the first dropped one was";
+  EXPECT_EQ(kv.pages(a).size(), 2u);
+}
+
+// A page completed on disk has its records stored in the step that completes
+// it: taking its tokens back would leave a stale record, so it is refused.
+TEST(KvCacheDeathTest, TruncateIntoACompletedDiskPageIsRefused) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF32, 4);
+  Placement disk;
+  disk.set(DataKind::kKv, 0, 0);
+  KvCache kv(be, g, 100 * g.bytes_per_page(), disk);
+  kv.set_disk_slots(4, 4);
+  const int32_t a = kv.add_sequence();
+  kv.extend(a, 3);
+  kv.extend(a, 2, 1);  // completes page 0 on disk
+  ASSERT_EQ(kv.completed(a).size(), 1u);
+  kv.truncate(a, 1);  // within page 1: fine
+  EXPECT_EQ(kv.length(a), 4);
+  EXPECT_DEATH(kv.truncate(a, 1), "completed disk page");
+}
+
 TEST(KvCache, BudgetExhaustedIsAnErrorAndLeavesTheSequenceUnchanged) {
   CpuBackend be(1);
   const KvGeometry g = geometry(DType::kBF16);

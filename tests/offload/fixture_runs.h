@@ -13,14 +13,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "offload/engine_goldens.h"
 #include "generate/engine.h"
 #include "model/model.h"
+#include "offload/engine_goldens.h"
 
 namespace strata::fixture_runs {
 
@@ -29,8 +30,7 @@ namespace fs = std::filesystem;
 struct TempDir {
   fs::path path;
   explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() /
-           ("strata-engine-" + tag + "-" + std::to_string(::getpid()));
+    path = fs::temp_directory_path() / ("strata-engine-" + tag + "-" + std::to_string(::getpid()));
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -61,8 +61,8 @@ inline Fixture load(const std::string& name) {
   auto head = [](const std::vector<int32_t>& a, size_t n) {
     return std::vector<int32_t>(a.begin(), a.begin() + static_cast<long>(std::min(n, a.size())));
   };
-  f.prompts = {g[0], g[1], g[2], head(g[0], 3), cat(g[1], g[2]), head(g[2], 9), head(g[1], 1),
-               cat(g[0], g[1])};
+  f.prompts = {g[0],          g[1],          g[2],           head(g[0], 3), cat(g[1], g[2]),
+               head(g[2], 9), head(g[1], 1), cat(g[0], g[1])};
   return f;
 }
 
@@ -71,8 +71,7 @@ inline Fixture load(const std::string& name) {
 // full and partial), 2 threads, the offload directory under `dir`; the
 // placement is EngineOptions' default (everything where the device
 // computes: in RAM, on the CPU).
-inline EngineOptions fixture_options(const Fixture& f, int64_t g, int64_t k,
-                                     const fs::path& dir) {
+inline EngineOptions fixture_options(const Fixture& f, int64_t g, int64_t k, const fs::path& dir) {
   EngineOptions o;
   o.compute_dtype = DType::kF32;
   o.kv_dtype = DType::kF32;
@@ -88,7 +87,7 @@ inline EngineOptions fixture_options(const Fixture& f, int64_t g, int64_t k,
 constexpr int32_t kNewTokens = 9;
 
 struct GenRun {
-  std::vector<std::vector<int32_t>> tokens;              // [seq][step]
+  std::vector<std::vector<int32_t>> tokens;             // [seq][step]
   std::vector<std::vector<std::vector<float>>> logits;  // [seq][step][vocab]
   EngineStats stats;
 };
@@ -111,6 +110,51 @@ inline GenRun generate(Engine& e, const std::vector<std::vector<int32_t>>& promp
         r.logits[s].emplace_back(row, row + V);
         r.tokens[s].push_back(test::argmax(row, V));
         out[a].next_token = r.tokens[s].back();
+      }
+    });
+  }
+  r.stats = e.stats();
+  return r;
+}
+
+// Draft tokens for sequence `seq` given the tokens it has produced so far
+// (the last of which is fed next): speculative decoding's proposals.
+using DraftFn =
+    std::function<std::vector<int32_t>(size_t seq, const std::vector<int32_t>& produced)>;
+
+// Greedy generation as generate() with speculative decoding: each step's
+// drafts from `draft`, a sequence's rows taken in order while the argmax
+// confirms the draft token fed next; every kept token's logits row is
+// recorded, so the run compares with generate()'s token for token.
+inline GenRun generate_speculative(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                                   const DraftFn& draft) {
+  const int64_t V = e.config().n_vocab;
+  GenRun r;
+  r.tokens.resize(prompts.size());
+  r.logits.resize(prompts.size());
+  for (size_t b0 = 0; b0 < prompts.size(); b0 += static_cast<size_t>(e.block_size())) {
+    const size_t n = std::min(prompts.size() - b0, static_cast<size_t>(e.block_size()));
+    std::vector<SeqInput> in(n);
+    for (size_t i = 0; i < n; ++i) in[i] = {prompts[b0 + i], kNewTokens};
+    std::vector<std::vector<int32_t>> fed_drafts(n);
+    e.run_block(in, [&](int, std::span<const int32_t> active, const float* logits,
+                        std::span<SeqAction> out) {
+      for (size_t a = 0, rows = 1; a < active.size(); a += rows) {
+        rows = 1;
+        while (a + rows < active.size() && active[a + rows] == active[a]) ++rows;
+        const auto b = static_cast<size_t>(active[a]);
+        const size_t s = b0 + b;
+        EXPECT_LE(rows - 1, fed_drafts[b].size()) << "more rows than tokens fed";
+        for (size_t i = 0; i < rows; ++i) {
+          const float* row = logits + static_cast<int64_t>(a + i) * V;
+          r.logits[s].emplace_back(row, row + V);
+          r.tokens[s].push_back(test::argmax(row, V));
+          out[a].next_token = r.tokens[s].back();
+          out[a].accepted = static_cast<int32_t>(i);
+          if (i + 1 == rows || r.tokens[s].back() != fed_drafts[b][i]) break;
+        }
+        out[a].draft = draft(s, r.tokens[s]);
+        fed_drafts[b] = out[a].draft;
       }
     });
   }

@@ -212,6 +212,40 @@ TEST(DeviceEngine, RequantizedWeightsAndF16KvRunFromDeviceMemory) {
   EXPECT_EQ(a.logits, b.logits);
 }
 
+// Speculative decoding on the device: the same drafts give the CPU
+// device's bits, with the KV cache in device memory and with it in RAM
+// under --cpu-attention (several rows per sequence through both paths).
+TEST(DeviceEngine, SpeculativeStepsGiveTheCpuBits) {
+  const Fixture f = load("llama");
+  TempDir dir("device-speculative");
+  EngineOptions o = options(f, 3, 2, dir.path);
+  const GenRun plain = generate(*make_engine(*f.model, o), f.prompts);
+  const int64_t V = f.model->config().n_vocab;
+  // The plain continuation with every third draft token wrong.
+  const DraftFn draft = [&](size_t s, const std::vector<int32_t>& produced) {
+    std::vector<int32_t> d;
+    for (size_t i = produced.size(); i < plain.tokens[s].size() && d.size() < 3; ++i) {
+      d.push_back(d.size() == 2 ? (plain.tokens[s][i] + 1) % static_cast<int32_t>(V)
+                                : plain.tokens[s][i]);
+    }
+    return d;
+  };
+  o.max_draft_tokens = 3;
+  const GenRun ref = generate_speculative(*make_engine(*f.model, o), f.prompts, draft);
+  EXPECT_EQ(ref.tokens, plain.tokens);
+  EXPECT_GT(ref.stats.accepted_tokens, 0);
+  EngineOptions on_device = placed(o, {0.3, 0.4, 1});
+  const GenRun a =
+      generate_speculative(*make_engine(*f.model, on_device, separate_device()), f.prompts, draft);
+  expect_same_bits(ref, a, "KV in device memory");
+  EngineOptions cpu_attn = placed(o, {0.3, 0.4, 0});
+  cpu_attn.placement[Share::kKvCpu] = 1;
+  cpu_attn.cpu_attention = true;
+  const GenRun b =
+      generate_speculative(*make_engine(*f.model, cpu_attn, separate_device()), f.prompts, draft);
+  expect_same_bits(ref, b, "CPU attention");
+}
+
 // --cpu-attention: the KV cache in RAM (and on disk), each layer's KV append
 // and attention on the CPU (on the attention queue's thread, pipelined over
 // the micro-batches of a layer) between the device's projections; the CPU

@@ -1,0 +1,26 @@
+// Prompt lookup: draft tokens for speculative decoding without a draft model
+// (generate/engine.h, SeqAction::draft). The continuation that followed the
+// sequence's last n tokens where they occur earlier in its prompt or output
+// is proposed as what comes next: strong where the output copies from the
+// input (extraction, rewriting, code editing, summaries that quote) and
+// where it repeats itself, and free to compute.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace strata {
+
+// The longest and shortest suffixes prompt lookup matches: a longer match
+// is tried first (it predicts better); a single token matches too often to
+// be worth verifying.
+inline constexpr int64_t kNgramMax = 4, kNgramMin = 2;
+
+// Up to `k` tokens that followed the latest earlier occurrence of the last n
+// tokens of `context` (n from kNgramMax down to kNgramMin, the first n that
+// occurs); empty when none occurs. The occurrence may overlap the suffix
+// (a repeating pattern continues).
+std::vector<int32_t> ngram_draft(std::span<const int32_t> context, int64_t k);
+
+}  // namespace strata

@@ -1,0 +1,167 @@
+// Speculative decoding in the engine (generate/engine.h, SeqAction::draft)
+// on the fixture models, f32 compute and KV, pages of 4 tokens: a decode
+// step feeds a sequence its next token and its draft tokens, a logits row
+// each, and keeps the KV rows of the accepted ones only. Whatever the drafts
+// (all right, one wrong, unrelated), the greedy tokens are those of decoding
+// without them, and every kept row's logits are the same within the bound
+// of another summation order (a verification step runs matrix products of
+// more rows); with KV on disk no draft token completes a disk page, so the
+// KV bytes written to disk are those of the run without speculation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "offload/engine_options.h"
+#include "offload/fixture_runs.h"
+#include "offload/offload_engine.h"
+
+namespace strata {
+namespace {
+
+using namespace fixture_runs;
+
+constexpr int64_t kDrafts = 4;
+
+enum class Drafts { kRight, kSecondWrong, kUnrelated };
+
+// Drafts from the reference run's own continuation of each sequence.
+DraftFn drafts_from(const GenRun& ref, Drafts kind, int64_t n_vocab) {
+  return [&ref, kind, n_vocab](size_t s, const std::vector<int32_t>& produced) {
+    std::vector<int32_t> d;
+    const std::vector<int32_t>& all = ref.tokens[s];
+    for (size_t i = produced.size(); i < all.size() && std::ssize(d) < kDrafts; ++i) {
+      d.push_back(all[i]);
+    }
+    if (kind == Drafts::kSecondWrong && d.size() >= 2) d[1] = (d[1] + 1) % n_vocab;
+    if (kind == Drafts::kUnrelated) {
+      for (size_t i = 0; i < d.size(); ++i) {
+        d[i] = static_cast<int32_t>((d[i] * 7 + 13 + static_cast<int32_t>(i)) % n_vocab);
+      }
+    }
+    return d;
+  };
+}
+
+// Tokens equal, and every row within the bound of the reference's row.
+void expect_same_tokens_close_logits(const ModelConfig& c, const GenRun& ref, const GenRun& got,
+                                     const std::string& what) {
+  ASSERT_EQ(got.tokens, ref.tokens) << what;
+  for (size_t s = 0; s < ref.logits.size(); ++s) {
+    ASSERT_EQ(got.logits[s].size(), ref.logits[s].size()) << what;
+    for (size_t i = 0; i < ref.logits[s].size(); ++i) {
+      const std::vector<float>& a = ref.logits[s][i];
+      double max_abs = 0;
+      for (float x : a) max_abs = std::max(max_abs, std::fabs(double(x)));
+      const double bound = micro_batch_bound(c, max_abs);
+      for (size_t v = 0; v < a.size(); ++v) {
+        ASSERT_LE(std::fabs(double(got.logits[s][i][v]) - a[v]), bound)
+            << what << ": sequence " << s << " token " << i << " id " << v;
+      }
+    }
+  }
+}
+
+class SpeculativeEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SpeculativeEngine, GreedyTokensAreThoseOfDecodingWithout) {
+  const Fixture f = load(GetParam());
+  TempDir dir("speculative");
+  const ModelConfig& c = f.model->config();
+  for (const auto& [g, k] : {std::pair<int64_t, int64_t>{1, 1}, {3, 2}}) {
+    int64_t drafted_in_ram = 0;
+    for (const double kv_ram : {1.0, 0.5, 0.0}) {
+      EngineOptions o = fixture_options(f, g, k, dir.path);
+      o.placement.set(DataKind::kKv, 0, kv_ram);
+      const GenRun ref = generate(*make_engine(*f.model, o), f.prompts);
+      o.max_draft_tokens = kDrafts;
+      for (const Drafts kind : {Drafts::kRight, Drafts::kSecondWrong, Drafts::kUnrelated}) {
+        const std::string what = f.name + " " + std::to_string(g) + "x" + std::to_string(k) +
+                                 " KV in RAM " + std::to_string(kv_ram) + " drafts " +
+                                 std::to_string(static_cast<int>(kind));
+        const GenRun r = generate_speculative(*make_engine(*f.model, o), f.prompts,
+                                              drafts_from(ref, kind, c.n_vocab));
+        expect_same_tokens_close_logits(c, ref, r, what);
+        if (::testing::Test::HasFatalFailure()) return;
+        EXPECT_EQ(r.stats.generated_tokens, ref.stats.generated_tokens) << what;
+        EXPECT_GT(r.stats.drafted_tokens, 0) << what;
+        if (kind == Drafts::kRight) {
+          EXPECT_EQ(r.stats.accepted_tokens, r.stats.drafted_tokens) << what;
+          EXPECT_LT(r.stats.decode_steps, ref.stats.decode_steps) << what;
+          if (kv_ram == 1.0) drafted_in_ram = r.stats.drafted_tokens;
+          // Draft tokens stop short of a disk page's end: fewer are fed.
+          if (kv_ram < 1.0) {
+            EXPECT_LT(r.stats.drafted_tokens, drafted_in_ram) << what;
+          }
+        } else {
+          EXPECT_LT(r.stats.accepted_tokens, r.stats.drafted_tokens) << what;
+        }
+        // Rejected rows never reach the disk: the same KV pages are stored.
+        EXPECT_EQ(link_bytes(r.stats, "cpu->disk"), link_bytes(ref.stats, "cpu->disk")) << what;
+        if (kv_ram < 1.0) {
+          EXPECT_GT(link_bytes(r.stats, "cpu->disk"), 0u) << what;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeEngine, ::testing::Values("opt", "llama", "qwen2"),
+                         fixture_param_name);
+
+// The caller's action is checked: an accepted count beyond the drafts fed,
+// or a draft token outside the vocabulary, is an error naming the sequence.
+TEST(SpeculativeEngineContract, BadActionsAreErrors) {
+  const Fixture f = load("llama");
+  TempDir dir("speculative-bad");
+  EngineOptions o = fixture_options(f, 2, 1, dir.path);
+  o.max_draft_tokens = 2;
+  auto e = make_engine(*f.model, o);
+  std::vector<SeqInput> in{{f.prompts[0], 5}, {f.prompts[1], 5}};
+  auto run = [&](int32_t accepted, int32_t draft_id) {
+    e->run_block(
+        in, [&](int step, std::span<const int32_t> active, const float*, std::span<SeqAction> out) {
+          for (size_t a = 0; a < active.size(); ++a) {
+            out[a].next_token = 1;
+            out[a].draft = {draft_id, 2};
+            if (step > 0) out[a].accepted = accepted;
+          }
+        });
+  };
+  EXPECT_NO_THROW(run(0, 3));
+  try {
+    run(3, 3);
+    ADD_FAILURE() << "accepting 3 of 2 draft tokens was taken";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("accepts 3 draft tokens of the 2"), std::string::npos)
+        << err.what();
+  }
+  try {
+    run(0, static_cast<int32_t>(f.model->config().n_vocab));
+    ADD_FAILURE() << "a draft token outside the vocabulary was taken";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("draft token"), std::string::npos) << err.what();
+  }
+}
+
+TEST(SpeculativeEngineContract, OptionsItCannotHonourAreRefused) {
+  EngineOptions o;
+  o.max_draft_tokens = kMaxDraftTokens + 1;
+  EXPECT_THROW(validated_options(o), Error);
+  o.max_draft_tokens = -1;
+  EXPECT_THROW(validated_options(o), Error);
+  o.max_draft_tokens = 4;
+  o.sparse_budget = 64;
+  EXPECT_THROW(validated_options(o), Error);
+  o.sparse_budget = 0;
+  o.kv_dtype = DType::kQ8A32;
+  EXPECT_THROW(validated_options(o), Error);
+  o.kv_dtype = DType::kF16;
+  EXPECT_NO_THROW(validated_options(o));
+}
+
+}  // namespace
+}  // namespace strata
