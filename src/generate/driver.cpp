@@ -49,6 +49,7 @@ struct SeqState {
   StopChecker stop;
   std::vector<int32_t> context;  // prompt and output so far (speculation only)
   std::vector<int32_t> draft;    // the draft tokens last proposed
+  int32_t draft_len = 0;         // how many to propose next (adapted to acceptance)
 };
 
 }  // namespace
@@ -299,7 +300,10 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
       states.push_back(
           {&job, sampler, StopChecker(tokenizer, eos, job.stop, job.max_new_tokens), {}, {}});
       states.back().sampler.observe(job.tokens);
-      if (options.speculate_tokens > 0) states.back().context = job.tokens;
+      if (options.speculate_tokens > 0) {
+        states.back().context = job.tokens;
+        states.back().draft_len = options.speculate_tokens;
+      }
     }
     summary.n_sequences += static_cast<int64_t>(seqs.size());
     engine.run_block(seqs, [&](int /*step*/, std::span<const int32_t> active, const float* logits,
@@ -338,7 +342,14 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
           ++summary.n_prompts;
           ++n_done;
         } else if (options.speculate_tokens > 0) {
-          st.draft = ngram_draft(st.context, options.speculate_tokens);
+          // Longer drafts while they are all accepted, shorter after a
+          // rejection: rows that are rejected cost compute.
+          if (n > 1) {
+            st.draft_len = action.accepted + 1 == static_cast<int32_t>(n)
+                               ? std::min(options.speculate_tokens, st.draft_len + 2)
+                               : std::max(1, st.draft_len - 1);
+          }
+          st.draft = ngram_draft(st.context, st.draft_len);
           action.draft = st.draft;
         }
       }
