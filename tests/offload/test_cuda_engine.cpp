@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "kernels/cuda_test_util.h"
-#include "offload/engine_goldens.h"
 #include "model/model.h"
-#include "offload/offload_engine.h"
+#include "offload/engine_goldens.h"
 #include "offload/fixture_runs.h"
+#include "offload/offload_engine.h"
 
 namespace strata {
 namespace {
@@ -123,6 +123,38 @@ TEST_P(CudaEngine, StreamedPlacementGivesTheBitsOfTheAllOnGpuRun) {
   EXPECT_GT(link_bytes(rb.stats, "gpu->cpu"), 0u);
 }
 
+// Speculative decoding on the GPU: the plain run's continuation as drafts
+// (every third token wrong), with KV on the device and half on disk; the
+// tokens and every kept row within the f32 bound of the CPU's plain run.
+TEST_P(CudaEngine, SpeculativeStepsWithinTheF32BoundOfThePlainCpuRun) {
+  STRATA_REQUIRE_GPU();
+  const Fixture f = load(GetParam());
+  TempDir dir("cuda-speculative");
+  const int64_t V = f.model->config().n_vocab;
+  auto ref_engine = make_engine(*f.model, on_the_cpu(cuda_options(f, 2, 3, dir.path)));
+  const GenRun ref = generate(*ref_engine, f.prompts);
+  const DraftFn draft = [&](size_t s, const std::vector<int32_t>& produced) {
+    std::vector<int32_t> d;
+    for (size_t i = produced.size(); i < ref.tokens[s].size() && d.size() < 3; ++i) {
+      d.push_back(d.size() == 2 ? (ref.tokens[s][i] + 1) % static_cast<int32_t>(V)
+                                : ref.tokens[s][i]);
+    }
+    return d;
+  };
+  for (const double kv_gpu : {1.0, 0.5}) {
+    EngineOptions o = cuda_options(f, 2, 3, dir.path);
+    o.placement[Share::kKvGpu] = kv_gpu;
+    o.placement[Share::kKvCpu] = 0;
+    o.max_draft_tokens = 3;
+    auto e = make_engine(*f.model, o);
+    const GenRun got = generate_speculative(*e, f.prompts, draft);
+    expect_within_f32_bound(ref, got, V,
+                            f.name + " speculative, KV on gpu " + std::to_string(kv_gpu));
+    EXPECT_GT(got.stats.accepted_tokens, 0);
+    EXPECT_LT(got.stats.decode_steps, ref.stats.decode_steps);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEngine,
                          ::testing::Values("opt", "llama", "qwen2", "llama-gguf"),
                          fixture_param_name);
@@ -167,7 +199,8 @@ TEST(CudaEngineSmolLM2, GreedyLastLogitsAndPerplexityMatchTransformers) {
   int64_t n = 0;
   o.gpu_batch_size = 1;
   auto e1 = make_engine(*model, o);
-  for (size_t c = 0; c + static_cast<size_t>(n_ctx) <= ids.size(); c += static_cast<size_t>(n_ctx)) {
+  for (size_t c = 0; c + static_cast<size_t>(n_ctx) <= ids.size();
+       c += static_cast<size_t>(n_ctx)) {
     const std::span<const int32_t> chunk(ids.data() + c, static_cast<size_t>(n_ctx));
     const std::vector<float> logits = e1->score(chunk);
     for (int64_t t = 0; t + 1 < n_ctx; ++t) {
