@@ -108,12 +108,13 @@ int run(const Options& o) {
   for (int r = 0; r < o.repeats; ++r) {
     const EngineStats before = engine->stats();
     const RunSummary s = run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
-    RunReport rep =
-        plan_report(plan, *model, o.model, eo, static_cast<double>(o.prompt_len), o.gen_len);
+    const EngineStats measured = stats_since(engine->stats(), before);
+    RunReport rep = plan_report(plan, *model, o.model, eo, static_cast<double>(o.prompt_len),
+                                o.gen_len, measured_speculation(measured, s.n_sequences));
     rep.n_prompts = s.n_prompts;
     rep.n_sequences = s.n_sequences;
     rep.total_s = s.total_s;
-    rep.engine = stats_since(engine->stats(), before);
+    rep.engine = measured;
     spdlog::info("bench: run {}/{}: {:.1f} tokens/s", r + 1, o.repeats,
                  rep.to_json().value("total_tokens_per_s", 0.0));
     runs.push_back(std::move(rep));

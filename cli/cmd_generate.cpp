@@ -113,7 +113,9 @@ int run(const Options& o) {
   const auto engine = make_engine(*model, eo);
   const RunSummary summary = run_jobs(*engine, *tokenizer, jobs, gen, &out);
 
-  RunReport report = plan_report(plan, *model, o.model, eo, shape.mean_prompt, shape.gen);
+  RunReport report =
+      plan_report(plan, *model, o.model, eo, shape.mean_prompt, shape.gen,
+                  measured_speculation(engine->stats(), summary.n_sequences));
   report.n_prompts = summary.n_prompts;
   report.n_prompts_resumed = static_cast<int64_t>(out.n_resumed());
   report.n_sequences = summary.n_sequences;

@@ -230,12 +230,13 @@ nlohmann::ordered_json RunPlan::report_policy(const EngineOptions& eo) const {
 }
 
 std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double prompt_len,
-                                                    int64_t gen_len) const {
+                                                    int64_t gen_len,
+                                                    const SpeculationRates& spec) const {
   if (!hardware) return std::nullopt;
   try {
     const ModelShape shape = model_shape_of(model);
     const Workload work{std::max<int64_t>(1, std::llround(prompt_len)),
-                        std::max<int64_t>(1, gen_len)};
+                        std::max<int64_t>(1, gen_len), spec.rows, spec.tokens};
     const Prediction pr = strata::predict(shape, *hardware, work, policy, budgets_of(*hardware),
                                           compute ? &*compute : nullptr);
     PredictedThroughput t;
@@ -254,6 +255,10 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
         {"block_size", policy.block_size()},
         {"hardware", hardware->name},
         {"compute", compute ? "the engine's, measured on this machine" : "the profile's rates"}};
+    if (spec.rows > 1) {
+      t.workload["speculation_rows"] = spec.rows;
+      t.workload["speculation_tokens"] = spec.tokens;
+    }
     return t;
   } catch (const Error& e) {
     spdlog::warn("the cost model cannot predict this run: {}", e.what());
@@ -296,7 +301,8 @@ std::string describe_device(const std::string& device, int threads) {
 }
 
 RunReport plan_report(const RunPlan& plan, const Model& model, const std::string& model_path,
-                      const EngineOptions& eo, double prompt_len, int64_t gen_len) {
+                      const EngineOptions& eo, double prompt_len, int64_t gen_len,
+                      const SpeculationRates& spec) {
   RunReport report;
   report.model = model_path;
   report.policy = plan.report_policy(eo);
@@ -304,7 +310,7 @@ RunReport plan_report(const RunPlan& plan, const Model& model, const std::string
   report.policy["kv_dtype"] = std::string(dtype_name(eo.kv_dtype));
   report.policy["weight_dtype"] =
       eo.weight_dtype ? std::string(dtype_name(*eo.weight_dtype)) : std::string("none");
-  report.predicted = plan.predict(model, prompt_len, gen_len);
+  report.predicted = plan.predict(model, prompt_len, gen_len, spec);
   report.hardware = describe_device(eo.device, eo.threads);
   return report;
 }

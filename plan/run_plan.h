@@ -71,8 +71,11 @@ struct RunPlan {
   nlohmann::ordered_json report_policy(const EngineOptions& eo) const;
   // The cost model's prediction for the run's measured lengths (nullopt
   // without a profile, or when the model cannot predict it: a warning).
+  // `spec`: speculative decoding's rows and kept tokens per sequence and
+  // step (the cost model's Workload), as the run measured them.
   std::optional<PredictedThroughput> predict(const Model& model, double prompt_len,
-                                             int64_t gen_len) const;
+                                             int64_t gen_len,
+                                             const SpeculationRates& spec = {}) const;
 };
 
 // Resolves `request` for `model` and `run` into `eo` (placement, batch sizes,
@@ -92,8 +95,10 @@ std::string describe_device(const std::string& device, int threads);
 
 // A run's report with what the plan says: the model, the policy (with the
 // compute, KV and weight dtypes), the hardware and the prediction for
-// `prompt_len` and `gen_len`; the caller adds what it measured.
+// `prompt_len` and `gen_len` (and speculation's measured rates); the caller
+// adds what it measured.
 RunReport plan_report(const RunPlan& plan, const Model& model, const std::string& model_path,
-                      const EngineOptions& eo, double prompt_len, int64_t gen_len);
+                      const EngineOptions& eo, double prompt_len, int64_t gen_len,
+                      const SpeculationRates& spec = {});
 
 }  // namespace strata

@@ -117,7 +117,7 @@ double CostModel::prefill_seconds(const Placement& x) const {
 }
 
 double CostModel::decode_seconds(const Placement& x) const {
-  return static_cast<double>(work.gen_len - 1) *
+  return static_cast<double>(work.gen_len - 1) / work.spec_tokens *
          (static_cast<double>(shape.n_layer) * decode_layer.seconds(x) + decode_head.seconds(x));
 }
 
@@ -143,6 +143,11 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
         "them",
         work.prompt_len, work.gen_len, shape.max_context, shape.name);
   }
+  if (!(work.spec_tokens >= 1 && work.spec_rows >= work.spec_tokens &&
+        std::isfinite(work.spec_rows))) {
+    fail("speculation: {} rows and {} kept tokens per sequence and step; need rows >= tokens >= 1",
+         work.spec_rows, work.spec_tokens);
+  }
   validate_policy(policy, "policy");
   validate_model_shape(shape, shape.name);
   validate_hardware_profile(hw, hw.name);
@@ -162,6 +167,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double g = static_cast<double>(pol.gpu_batch_size);
   const double k = static_cast<double>(pol.num_gpu_batches);
   const double B = g * k;
+  const double R = work.spec_rows, E = work.spec_tokens;  // speculation (Workload)
   const double h = static_cast<double>(shape.hidden);
   const double q_dim = static_cast<double>(shape.q_dim());
   const double kv_dim = static_cast<double>(shape.kv_dim());
@@ -247,20 +253,21 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   if (measured) {
     gemm_prefill = k * interpolate(compute->prefill_tokens, compute->prefill_layer_s, g * s);
     attn_prefill = B * s * s * compute->prefill_pair_s;
-    gemm_decode = k * compute->decode_layer(g, compute->decode_ctx);
-    attn_dev_seq = std::max(0.0, ctx_attend - compute->decode_ctx) * compute->decode_key_s;
-    head_prefill = head_decode = k * compute->head(g);
+    gemm_decode = k * compute->decode_layer(g * R, compute->decode_ctx);
+    attn_dev_seq = R * std::max(0.0, ctx_attend - compute->decode_ctx) * compute->decode_key_s;
+    head_prefill = k * compute->head(g);
+    head_decode = k * compute->head(g * R);
   } else {
     gemm_prefill = k * roofline(g * s * flops_layer, hw.gemm_prefill_flops, w_layer, dev_bw);
     attn_prefill = B * 4 * s * s * q_dim / hw.attention_prefill_flops;
-    gemm_decode = k * roofline(g * flops_layer, hw.gemm_decode_flops, w_layer, dev_bw);
-    attn_dev_seq =
-        roofline(4 * ctx_attend * q_dim, hw.attention_decode_flops, kv_token * ctx_attend, dev_bw);
+    gemm_decode = k * roofline(g * R * flops_layer, hw.gemm_decode_flops, w_layer, dev_bw);
+    attn_dev_seq = roofline(R * 4 * ctx_attend * q_dim, hw.attention_decode_flops,
+                            kv_token * ctx_attend, dev_bw);
     head_prefill = k * roofline(g * flops_head, hw.gemm_prefill_flops, w_head, dev_bw);
-    head_decode = k * roofline(g * flops_head, hw.gemm_decode_flops, w_head, dev_bw);
+    head_decode = k * roofline(g * R * flops_head, hw.gemm_decode_flops, w_head, dev_bw);
   }
   const double attn_cpu_seq =
-      roofline(4 * ctx_attend * q_dim, hw.cpu_attention_rate(pol.gpu_batch_size, shape.hidden),
+      roofline(R * 4 * ctx_attend * q_dim, hw.cpu_attention_rate(pol.gpu_batch_size, shape.hidden),
                kv_token * ctx_attend, hw.cpu_mem_bandwidth);
 
   // ---- prefill layer step ----
@@ -288,9 +295,10 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // ---- decode layer step ----
   {
     StepCost& st = m.decode_layer;
-    const Affine d2c_s =
-        (1 / d2c) * (w_layer * disk(W) + hid_token * B * disk(ACT)) + (kv_disk_s * B) * disk(KV);
-    const Affine c2d_s = (1 / c2d) * (kv_token * B * disk(KV) + hid_token * B * disk(ACT));
+    // R rows of hidden state per sequence; E kept tokens' KV stored.
+    const Affine d2c_s = (1 / d2c) * (w_layer * disk(W) + hid_token * R * B * disk(ACT)) +
+                         (kv_disk_s * B) * disk(KV);
+    const Affine c2d_s = (1 / c2d) * (kv_token * E * B * disk(KV) + hid_token * R * B * disk(ACT));
     const Affine gemm = affine_constant(gemm_decode);
     if (unified) {
       const Affine attn = affine_constant(B * attn_dev_seq);
@@ -301,11 +309,12 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       // With CPU attention only q goes down and the attention output comes
       // back; without it the KV held off the device is loaded every step.
       const Affine kv_in =
-          cpu_attention ? (a * q_dim * B) * off(KV) : (kv_token * ctx_read * B) * off(KV);
-      const Affine kv_out =
-          (kv_token * B) * off(KV) + (cpu_attention ? (a * q_dim * B) * off(KV) : Affine());
-      const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * B * off(ACT) + kv_in);
-      const Affine g2c_s = (1 / g2c) * (hid_token * B * off(ACT) + kv_out);
+          cpu_attention ? (a * q_dim * R * B) * off(KV) : (kv_token * ctx_read * B) * off(KV);
+      const Affine kv_out = (kv_token * E * B) * off(KV) +
+                            (cpu_attention ? (a * q_dim * R * B) * off(KV) : Affine());
+      const Affine c2g_s =
+          (1 / c2g) * (w_layer * off(W) + hid_token * R * B * off(ACT) + kv_in);
+      const Affine g2c_s = (1 / g2c) * (hid_token * R * B * off(ACT) + kv_out);
       const Affine attn_dev = (B * attn_dev_seq) * (cpu_attention ? gpu(KV) : affine_constant(1));
       const Affine attn_cpu = cpu_attention ? (B * attn_cpu_seq) * off(KV) : Affine();
       st.terms = {{"cpu->gpu", c2g_s},          {"gpu->cpu", g2c_s}, {"disk->cpu", d2c_s},

@@ -20,7 +20,8 @@
 // (disk reads relay through CPU memory on the host->device queue; in decode
 // the host->device copies do not overlap the CPU's attention work.)
 // A block takes L*prefill_layer + prefill_head + (n-1)*(L*decode_layer +
-// decode_head), the head being the output projection of each step.
+// decode_head), the head being the output projection of each step; with
+// speculative decoding (n-1)/E steps of R rows per sequence (Workload).
 //
 // Transfer terms: bytes over the link's bandwidth. Compute: GEMM at the
 // device's prefill or decode rate with a roofline on reading the weights
@@ -54,6 +55,13 @@ namespace strata {
 struct Workload {
   int64_t prompt_len = 512;
   int64_t gen_len = 32;
+  // Speculative decoding, per sequence and decode step: the rows computed
+  // (1 + the draft tokens fed) and the tokens kept (1 + those accepted),
+  // rows >= tokens >= 1; 1 and 1 without. A decode step then computes
+  // rows x B tokens (matrix products, attention queries, the head's rows)
+  // while the weights and the KV cache are read once, and a block takes
+  // (n - 1) / tokens decode steps.
+  double spec_rows = 1, spec_tokens = 1;
 };
 
 // Memory budget of each tier, bytes.

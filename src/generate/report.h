@@ -69,6 +69,14 @@ struct RunReport {
   void write_json(const std::string& path) const;
 };
 
+// Speculative decoding as measured, per sequence and decode step: the rows
+// computed (1 + draft tokens fed) and the tokens kept (1 + those accepted);
+// 1 and 1 without. `n_sequences`: sequences prefilled (a first token each).
+struct SpeculationRates {
+  double rows = 1, tokens = 1;
+};
+SpeculationRates measured_speculation(const EngineStats& s, int64_t n_sequences);
+
 // The work done between two stats() snapshots (peak_bytes: the later peaks).
 EngineStats stats_since(const EngineStats& now, const EngineStats& before);
 

@@ -283,6 +283,21 @@ TEST(Driver, SpeculationKeepsTheRecordsOfDecodingWithout) {
   }
 }
 
+// The rates the cost model is given for a speculative run: per sequence
+// and decode step, rows computed and tokens kept.
+TEST(Report, MeasuredSpeculationRates) {
+  EngineStats s;
+  s.generated_tokens = 4 + 40;  // 4 sequences: a first token each, then 40 in decode
+  s.drafted_tokens = 30;
+  s.accepted_tokens = 20;  // 20 sequence-steps kept 40 tokens, fed 20 + 30 rows
+  const SpeculationRates r = measured_speculation(s, 4);
+  EXPECT_DOUBLE_EQ(r.rows, 50.0 / 20);
+  EXPECT_DOUBLE_EQ(r.tokens, 40.0 / 20);
+  s.drafted_tokens = s.accepted_tokens = 0;
+  EXPECT_EQ(measured_speculation(s, 4).rows, 1);
+  EXPECT_EQ(measured_speculation(s, 4).tokens, 1);
+}
+
 TEST(Driver, PerPromptTemperatureAndMaxNewTokens) {
   ScratchDir dir;
   write_text(dir.file("p.jsonl"),

@@ -139,6 +139,50 @@ TEST(PolicyCostModel, DecodeTermsByHandWithCpuAttention) {
   EXPECT_REL(m.prefill_seconds(x), 2 * m.prefill_layer.seconds(x) + m.prefill_head.seconds(x));
 }
 
+// Speculative decoding: R rows per sequence and step cross the links as
+// hidden state and compute (matrix products, attention queries), E kept
+// tokens' KV is stored, the weights and the KV read stay once per step, and
+// a block takes (n-1)/E decode steps.
+TEST(PolicyCostModel, SpeculationComputesRowsAndKeepsTokens) {
+  TinyCase t;
+  t.pol.cpu_attention = true;
+  t.work.spec_rows = 3;
+  t.work.spec_tokens = 2;
+  const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  const Placement x = t.pol.placement;
+  const double B = 6, g = 2, k = 3, ctx = 8 + 4 / 2.0, a = 2, q = 64, R = 3, E = 2;
+  const double wn = 0.25, kn = 0.25, hn = 0.0;
+  const double c2g = (kWl * 0.75 + kHt * B * R * 0.5 + a * q * B * R * 0.5) / 1000;
+  const double g2c = (kHt * B * R * 0.5 + kKt * B * E * 0.5 + a * q * B * R * 0.5) / 500;
+  const double d2c = (kWl * wn + kHt * B * R * hn + kKt * ctx * B * kn) / 100;
+  const double c2d = (kKt * B * E * kn + kHt * B * R * hn) / 50;
+  const double gemm = k * g * R * 2 * kLayerElems / 1e5;
+  const double attn_gpu = B * R * 4 * ctx * q / 1e4 * 0.5;
+  const double attn_cpu = B * R * 4 * ctx * q / 1e3 * 0.5;
+  EXPECT_REL(term(m.decode_layer, "cpu->gpu", x), c2g);
+  EXPECT_REL(term(m.decode_layer, "gpu->cpu", x), g2c);
+  EXPECT_REL(term(m.decode_layer, "disk->cpu", x), d2c);
+  EXPECT_REL(term(m.decode_layer, "cpu->disk", x), c2d);
+  EXPECT_REL(term(m.decode_layer, "gemm", x), gemm);
+  EXPECT_REL(term(m.decode_layer, "attention (gpu)", x), attn_gpu);
+  EXPECT_REL(term(m.decode_layer, "attention (cpu)", x), attn_cpu);
+  EXPECT_REL(m.decode_seconds(x),
+             3 / E * (2 * m.decode_layer.seconds(x) + m.decode_head.seconds(x)));
+  // The prefill is untouched.
+  const CostModel plain = build_cost_model(t.shape, t.hw, TinyCase().work, t.pol);
+  EXPECT_REL(m.prefill_seconds(x), plain.prefill_seconds(x));
+  // Decode tokens per second count kept tokens: (n-1) B per block.
+  const Prediction p = evaluate(m, t.pol, budgets_of(t.hw));
+  EXPECT_REL(p.decode_tokens_per_s, B * 3 / m.decode_seconds(x));
+
+  for (const auto& [rows, tokens] :
+       {std::pair<double, double>{1, 0.5}, {2, 3}, {std::nan(""), 1}}) {
+    t.work.spec_rows = rows;
+    t.work.spec_tokens = tokens;
+    EXPECT_THROW(build_cost_model(t.shape, t.hw, t.work, t.pol), Error) << rows << " " << tokens;
+  }
+}
+
 TEST(PolicyCostModel, CpuAttentionTakesKvOffTheHostToDeviceLink) {
   TinyCase t;
   t.pol.placement[Share::kKvGpu] = 0;
