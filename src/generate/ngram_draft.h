@@ -13,9 +13,10 @@
 namespace strata {
 
 // The longest and shortest suffixes prompt lookup matches: a longer match
-// is tried first (it predicts better); a single token matches too often to
-// be worth verifying.
-inline constexpr int64_t kNgramMax = 4, kNgramMin = 2;
+// is tried first (it predicts better). One or two tokens match too often to
+// be worth verifying: on open-ended answers (scripts/bench_speculative.sh)
+// 2-token matches doubled the rejected rows for no fewer passes.
+inline constexpr int64_t kNgramMax = 4, kNgramMin = 3;
 
 // Up to `k` tokens that followed the latest earlier occurrence of the last n
 // tokens of `context` (n from kNgramMax down to kNgramMin, the first n that

@@ -93,7 +93,8 @@ struct GenRun {
 };
 
 // Greedy generation of every prompt in blocks of the engine's size.
-inline GenRun generate(Engine& e, const std::vector<std::vector<int32_t>>& prompts) {
+inline GenRun generate(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                       int32_t new_tokens = kNewTokens) {
   const int64_t V = e.config().n_vocab;
   GenRun r;
   r.tokens.resize(prompts.size());
@@ -101,7 +102,7 @@ inline GenRun generate(Engine& e, const std::vector<std::vector<int32_t>>& promp
   for (size_t b0 = 0; b0 < prompts.size(); b0 += static_cast<size_t>(e.block_size())) {
     const size_t n = std::min(prompts.size() - b0, static_cast<size_t>(e.block_size()));
     std::vector<SeqInput> in(n);
-    for (size_t i = 0; i < n; ++i) in[i] = {prompts[b0 + i], kNewTokens};
+    for (size_t i = 0; i < n; ++i) in[i] = {prompts[b0 + i], new_tokens};
     e.run_block(in, [&](int, std::span<const int32_t> active, const float* logits,
                         std::span<SeqAction> out) {
       for (size_t a = 0; a < active.size(); ++a) {
@@ -127,7 +128,7 @@ using DraftFn =
 // confirms the draft token fed next; every kept token's logits row is
 // recorded, so the run compares with generate()'s token for token.
 inline GenRun generate_speculative(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
-                                   const DraftFn& draft) {
+                                   const DraftFn& draft, int32_t new_tokens = kNewTokens) {
   const int64_t V = e.config().n_vocab;
   GenRun r;
   r.tokens.resize(prompts.size());
@@ -135,7 +136,7 @@ inline GenRun generate_speculative(Engine& e, const std::vector<std::vector<int3
   for (size_t b0 = 0; b0 < prompts.size(); b0 += static_cast<size_t>(e.block_size())) {
     const size_t n = std::min(prompts.size() - b0, static_cast<size_t>(e.block_size()));
     std::vector<SeqInput> in(n);
-    for (size_t i = 0; i < n; ++i) in[i] = {prompts[b0 + i], kNewTokens};
+    for (size_t i = 0; i < n; ++i) in[i] = {prompts[b0 + i], new_tokens};
     std::vector<std::vector<int32_t>> fed_drafts(n);
     e.run_block(in, [&](int, std::span<const int32_t> active, const float* logits,
                         std::span<SeqAction> out) {

@@ -16,8 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "offload/engine_goldens.h"
+#include "generate/ngram_draft.h"
 #include "model/model.h"
+#include "offload/engine_goldens.h"
+#include "offload/fixture_runs.h"
 #include "offload/offload_engine.h"
 
 namespace strata {
@@ -144,6 +146,48 @@ double perplexity(Engine& e, const nlohmann::json& pp, const char* what) {
   }
   EXPECT_EQ(n_scored, pp["n_scored"].get<int64_t>());
   return std::exp(nll_sum / static_cast<double>(n_scored));
+}
+
+// Prompt lookup on the demo model, f32: the greedy tokens of decoding
+// without speculation, with the weights and the KV cache in RAM or on disk;
+// the prompts include text repeated, which the model continues by copying.
+TEST_F(SmolLM2, SpeculativeGreedyEqualsGreedyOnEveryPlacement) {
+  std::vector<std::vector<int32_t>> in = prompts();
+  for (size_t i = 0, n = in.size(); i < n; ++i) {
+    std::vector<int32_t> twice = in[i];
+    twice.insert(twice.end(), in[i].begin() + 1, in[i].end());  // BOS once
+    in.push_back(twice);
+  }
+  fixture_runs::TempDir dir("smollm2-speculative");
+  for (const double on_disk : {0.0, 1.0}) {
+    EngineOptions o;
+    o.compute_dtype = o.kv_dtype = DType::kF32;
+    o.gpu_batch_size = 6;
+    o.num_gpu_batches = 2;
+    o.kv_budget_bytes = uint64_t{512} << 20;
+    o.offload_dir = dir.path.string();
+    o.placement.set(DataKind::kWeights, 0, 1 - on_disk);
+    o.placement.set(DataKind::kKv, 0, 1 - on_disk);
+    const fixture_runs::GenRun ref = fixture_runs::generate(*make_engine(*model_, o), in, 32);
+    for (const int64_t k : on_disk > 0 ? std::vector<int64_t>{4} : std::vector<int64_t>{1, 8}) {
+      o.max_draft_tokens = k;
+      const fixture_runs::GenRun r = fixture_runs::generate_speculative(
+          *make_engine(*model_, o), in,
+          [&](size_t s, const std::vector<int32_t>& produced) {
+            std::vector<int32_t> ctx = in[s];
+            ctx.insert(ctx.end(), produced.begin(), produced.end());
+            return ngram_draft(ctx, k);
+          },
+          32);
+      EXPECT_EQ(r.tokens, ref.tokens) << "on disk " << on_disk << ", " << k << " draft tokens";
+      // (A block runs as many steps as its slowest sequence needs.)
+      EXPECT_GT(r.stats.accepted_tokens, 0) << k;
+      EXPECT_LE(r.stats.decode_steps, ref.stats.decode_steps) << k;
+      EXPECT_EQ(fixture_runs::link_bytes(r.stats, "cpu->disk"),
+                fixture_runs::link_bytes(ref.stats, "cpu->disk"))
+          << "rejected rows reached the disk";
+    }
+  }
 }
 
 TEST_F(SmolLM2, PerplexityByTheRecordedProcedure) {
