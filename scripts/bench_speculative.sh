@@ -12,10 +12,12 @@
 # in f32; in bf16 a near tie can go the other way, as between batch sizes).
 #
 #   scripts/bench_speculative.sh [BUILD_DIR]
-#   BATCH=16 GEN=96 DRAFTS="4 8" COMPUTE=f32 scripts/bench_speculative.sh
+#   BATCH=4 PLACES=disk GEN=96 DRAFTS="4 8" COMPUTE=f32 scripts/bench_speculative.sh
 #
 # Defaults: the demo model, 32 prompts per workload, batch 16, 96 new
-# tokens, drafts 4 and 8, f32 compute. Needs an otherwise idle machine;
+# tokens, drafts 4 and 8, f32 compute, both placements. (At batch 16 on two
+# cores a verification step's compute is about a disk pass of this small
+# model; at batch 4 the disk is the bound.) Needs an otherwise idle machine;
 # about 6 minutes on 2 cores. Output under OUT_DIR (default
 # models/bench-speculative, git-ignored).
 set -euo pipefail
@@ -27,6 +29,7 @@ model="${MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 batch="${BATCH:-16}"
 gen="${GEN:-96}"
 drafts="${DRAFTS:-4 8}"
+places="${PLACES:-ram disk}"
 compute="${COMPUTE:-f32}"
 
 if [[ ! -d "$build" ]]; then
@@ -69,7 +72,7 @@ PY
 printf '\n%-5s %-6s %-6s %10s %10s %6s %9s %9s %8s %7s\n' work weights drafts "decode" total \
   steps "tok/pass" accepted speedup differ
 for work in copy open; do
-  for place in ram disk; do
+  for place in $places; do
     if [[ $place == ram ]]; then pct=(100 0 100 0 100 0); else pct=(0 0 100 0 100 0); fi
     base=""
     for k in 0 $drafts; do
