@@ -92,32 +92,6 @@ struct GenRun {
   EngineStats stats;
 };
 
-// Greedy generation of every prompt in blocks of the engine's size.
-inline GenRun generate(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
-                       int32_t new_tokens = kNewTokens) {
-  const int64_t V = e.config().n_vocab;
-  GenRun r;
-  r.tokens.resize(prompts.size());
-  r.logits.resize(prompts.size());
-  for (size_t b0 = 0; b0 < prompts.size(); b0 += static_cast<size_t>(e.block_size())) {
-    const size_t n = std::min(prompts.size() - b0, static_cast<size_t>(e.block_size()));
-    std::vector<SeqInput> in(n);
-    for (size_t i = 0; i < n; ++i) in[i] = {prompts[b0 + i], new_tokens};
-    e.run_block(in, [&](int, std::span<const int32_t> active, const float* logits,
-                        std::span<SeqAction> out) {
-      for (size_t a = 0; a < active.size(); ++a) {
-        const float* row = logits + static_cast<int64_t>(a) * V;
-        const size_t s = b0 + static_cast<size_t>(active[a]);
-        r.logits[s].emplace_back(row, row + V);
-        r.tokens[s].push_back(test::argmax(row, V));
-        out[a].next_token = r.tokens[s].back();
-      }
-    });
-  }
-  r.stats = e.stats();
-  return r;
-}
-
 // Draft tokens for sequence `seq` given the tokens it has produced so far
 // (the last of which is fed next): speculative decoding's proposals.
 using DraftFn =
@@ -161,6 +135,29 @@ inline GenRun generate_speculative(Engine& e, const std::vector<std::vector<int3
   }
   r.stats = e.stats();
   return r;
+}
+
+// Greedy generation of every prompt in blocks of the engine's size (no
+// draft tokens: one row per sequence and step).
+inline GenRun generate(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                       int32_t new_tokens = kNewTokens) {
+  return generate_speculative(
+      e, prompts, [](size_t, const std::vector<int32_t>&) { return std::vector<int32_t>{}; },
+      new_tokens);
+}
+
+// Drafts that follow `plain`'s greedy continuation of each sequence, up to
+// `k` tokens, with every third one wrong (so steps accept some and reject
+// some).
+inline DraftFn continuation_drafts(const GenRun& plain, int64_t n_vocab, size_t k = 3) {
+  return [&plain, n_vocab, k](size_t s, const std::vector<int32_t>& produced) {
+    std::vector<int32_t> d;
+    for (size_t i = produced.size(); i < plain.tokens[s].size() && d.size() < k; ++i) {
+      const int32_t t = plain.tokens[s][i];
+      d.push_back(d.size() % 3 == 2 ? static_cast<int32_t>((t + 1) % n_vocab) : t);
+    }
+    return d;
+  };
 }
 
 inline uint64_t link_bytes(const EngineStats& s, const std::string& name) {

@@ -124,8 +124,9 @@ TEST_P(CudaEngine, StreamedPlacementGivesTheBitsOfTheAllOnGpuRun) {
 }
 
 // Speculative decoding on the GPU: the plain run's continuation as drafts
-// (every third token wrong), with KV on the device and half on disk; the
-// tokens and every kept row within the f32 bound of the CPU's plain run.
+// (every third token wrong: continuation_drafts), with KV on the device and
+// half on disk; the tokens and every kept row within the f32 bound of the
+// CPU's plain run.
 TEST_P(CudaEngine, SpeculativeStepsWithinTheF32BoundOfThePlainCpuRun) {
   STRATA_REQUIRE_GPU();
   const Fixture f = load(GetParam());
@@ -133,14 +134,7 @@ TEST_P(CudaEngine, SpeculativeStepsWithinTheF32BoundOfThePlainCpuRun) {
   const int64_t V = f.model->config().n_vocab;
   auto ref_engine = make_engine(*f.model, on_the_cpu(cuda_options(f, 2, 3, dir.path)));
   const GenRun ref = generate(*ref_engine, f.prompts);
-  const DraftFn draft = [&](size_t s, const std::vector<int32_t>& produced) {
-    std::vector<int32_t> d;
-    for (size_t i = produced.size(); i < ref.tokens[s].size() && d.size() < 3; ++i) {
-      d.push_back(d.size() == 2 ? (ref.tokens[s][i] + 1) % static_cast<int32_t>(V)
-                                : ref.tokens[s][i]);
-    }
-    return d;
-  };
+  const DraftFn draft = continuation_drafts(ref, V);
   for (const double kv_gpu : {1.0, 0.5}) {
     EngineOptions o = cuda_options(f, 2, 3, dir.path);
     o.placement[Share::kKvGpu] = kv_gpu;

@@ -220,16 +220,7 @@ TEST(DeviceEngine, SpeculativeStepsGiveTheCpuBits) {
   TempDir dir("device-speculative");
   EngineOptions o = options(f, 3, 2, dir.path);
   const GenRun plain = generate(*make_engine(*f.model, o), f.prompts);
-  const int64_t V = f.model->config().n_vocab;
-  // The plain continuation with every third draft token wrong.
-  const DraftFn draft = [&](size_t s, const std::vector<int32_t>& produced) {
-    std::vector<int32_t> d;
-    for (size_t i = produced.size(); i < plain.tokens[s].size() && d.size() < 3; ++i) {
-      d.push_back(d.size() == 2 ? (plain.tokens[s][i] + 1) % static_cast<int32_t>(V)
-                                : plain.tokens[s][i]);
-    }
-    return d;
-  };
+  const DraftFn draft = continuation_drafts(plain, f.model->config().n_vocab);
   o.max_draft_tokens = 3;
   const GenRun ref = generate_speculative(*make_engine(*f.model, o), f.prompts, draft);
   EXPECT_EQ(ref.tokens, plain.tokens);
