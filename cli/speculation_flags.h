@@ -35,12 +35,12 @@ struct SpeculationFlags {
         ->capture_default_str();
   }
 
-  // Sets the engine's draft limit and the driver's proposals (both 0 for none).
+  // Sets the engine's draft limit and the driver's proposals (both 0 for
+  // none). The engine checks the upper limit (validated_options); 0 would
+  // mean none there, so it is refused here.
   void apply(EngineOptions& eo, GenerateOptions& gen) const {
     if (kind == "none") return;
-    if (tokens < 1 || tokens > kMaxDraftTokens) {
-      fail("--speculate-tokens {}: use 1 to {}", tokens, kMaxDraftTokens);
-    }
+    if (tokens < 1) fail("--speculate-tokens {}: use 1 to {}", tokens, kMaxDraftTokens);
     eo.max_draft_tokens = tokens;
     gen.speculate_tokens = tokens;
   }
