@@ -113,7 +113,7 @@ struct Plan {
 };
 
 Plan make_plan(int64_t m, int64_t n, int64_t k, DType w_dtype, size_t w_row_bytes,
-               ComputeType compute) {
+               ComputeType compute, bool round_w = false) {
   Plan p;
   const int64_t esz = elem_size(compute);
   p.swapped = m >= swap_min_m(compute);
@@ -121,7 +121,7 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, DType w_dtype, size_t w_row_byte
   // dense (oneDNN's brgemm reads only dense [rows, k] operands).
   p.direct = ((compute == ComputeType::kF32 && w_dtype == DType::kF32) ||
               (compute == ComputeType::kBF16 && w_dtype == DType::kBF16)) &&
-             w_row_bytes == static_cast<size_t>(k * esz);
+             w_row_bytes == static_cast<size_t>(k * esz) && !round_w;
   const int64_t budget = omp_get_max_threads();
   p.n_threads =
       static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
@@ -162,9 +162,10 @@ struct MatmulCache::Impl {
   std::map<PrimKey, Prim> prims;
   std::map<std::tuple<ComputeType, int64_t, int64_t>, md_t> packed_x_mds;  // (compute, mt, k)
   std::map<std::tuple<ComputeType, int64_t, int64_t, int64_t>, dnnl::reorder> x_reorders;
-  Buffer x_ws;    // swapped: packed x tiles; small-m bf16: x rounded to bf16
-  Buffer int8_x;  // int8 compute: x quantized per group
-  Buffer dot_x;   // small-m bf16: x rounded to bf16 for the fused dot kernel
+  Buffer x_ws;       // swapped: packed x tiles; small-m bf16: x rounded to bf16
+  Buffer int8_x;     // int8 compute: x quantized per group
+  Buffer dot_x;      // small-m bf16: x rounded to bf16 for the fused dot kernel
+  Buffer rounded_x;  // bf16 without native products: x rounded to bf16, as f32
   std::vector<ThreadWs> threads;
   bool warned_ref = false;
 
@@ -331,11 +332,25 @@ void fill_bias(float* y, int64_t y_stride, const float* bias, int64_t m, int64_t
   }
 }
 
+// Rounds f32 values to bf16 precision (nearest even), kept as f32.
+void round_to_bf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
+// oneDNN multiplies bf16 operands only on CPUs with AVX-512; elsewhere kBF16
+// rounds x and W to bf16 and multiplies in f32: a product of two bf16
+// values is exact in f32 and the sums are f32 either way, so the result is
+// that of the native path up to the order of the sums.
+bool native_bf16_products() {
+  return cpu_features().avx512;
+}
+
 Status run_matmul(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
                   int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
-                  const float* bias, int64_t m, int64_t n, int64_t k, ComputeType compute) {
+                  const float* bias, int64_t m, int64_t n, int64_t k, ComputeType compute,
+                  bool round_w = false) {
   c.init();
-  const Plan plan = make_plan(m, n, k, w_dtype, w_row_bytes, compute);
+  const Plan plan = make_plan(m, n, k, w_dtype, w_row_bytes, compute, round_w);
   const int64_t esz = elem_size(compute);
   const int64_t lda = k;  // row stride of a panel (W rows are dense when used in place)
   const char* w_bytes = static_cast<const char*>(w);
@@ -441,7 +456,9 @@ Status run_matmul(MatmulCache::Impl& c, float* y, int64_t y_stride, const float*
                 row_to_bf16_panel(w_dtype, src,
                                   reinterpret_cast<uint16_t*>(ws.panel.data()) + r * k, k, stage);
               } else {
-                row_to_f32(w_dtype, src, reinterpret_cast<float*>(ws.panel.data()) + r * k, k);
+                float* row = reinterpret_cast<float*>(ws.panel.data()) + r * k;
+                row_to_f32(w_dtype, src, row, k);
+                if (round_w) round_to_bf16(row, k);
               }
             }
             converted = p;
@@ -542,7 +559,8 @@ MatmulCache::MatmulCache() : impl_(std::make_unique<Impl>()) {}
 MatmulCache::~MatmulCache() = default;
 
 size_t MatmulCache::workspace_bytes() const {
-  size_t total = impl_->x_ws.size() + impl_->int8_x.size() + impl_->dot_x.size();
+  size_t total =
+      impl_->x_ws.size() + impl_->int8_x.size() + impl_->dot_x.size() + impl_->rounded_x.size();
   for (const auto& t : impl_->threads) {
     total += t.panel.size() + t.tmp.size() + t.scratch.size() + t.int8_panel.size();
   }
@@ -556,6 +574,7 @@ size_t MatmulCache::n_primitives() const {
 Status MatmulCache::reserve(int64_t max_m, int64_t n, int64_t k, ComputeType compute) {
   if (max_m < 1 || n < 1 || k < 1) return Status::kInvalidArgument;
   if (compute == ComputeType::kInt8) compute = ComputeType::kBF16;  // float weights' path
+  if (compute == ComputeType::kBF16 && !native_bf16_products()) compute = ComputeType::kF32;
   try {
     impl_->init();
     // The largest workspaces come from the largest m on each path.
@@ -613,6 +632,19 @@ Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, in
                                bias, m, n, k);
   }
   try {
+    if (compute == ComputeType::kBF16 && !native_bf16_products()) {
+      MatmulCache::Impl& c = cache.impl();
+      if (!c.rounded_x.ensure(static_cast<size_t>(m * k) * sizeof(float))) {
+        return Status::kOutOfMemory;
+      }
+      auto* xr = reinterpret_cast<float*>(c.rounded_x.data());
+      for (int64_t i = 0; i < m; ++i) {
+        std::copy_n(x + i * x_stride, k, xr + i * k);
+        round_to_bf16(xr + i * k, k);
+      }
+      return run_matmul(c, y, y_stride, xr, k, w, w_dtype, w_row_bytes, bias, m, n, k,
+                        ComputeType::kF32, true);
+    }
     return run_matmul(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n,
                       k, compute);
   } catch (const dnnl::error& e) {
