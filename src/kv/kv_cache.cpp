@@ -105,16 +105,41 @@ int32_t KvCache::add_sequence() {
 
 void KvCache::free_page(int32_t page) {
   const size_t p = static_cast<size_t>(page);
-  if (p < slot_of_.size()) slot_of_[p] = -1;  // the slot's extent goes with its sequence
-  if (p < created_.size()) created_[p] = -1;
+  STRATA_ASSERT(p < refs_.size() && refs_[p] >= 1);
+  if (--refs_[p] > 0) return;
+  if (slot_of_[p] >= 0) release_slot(slot_of_[p]);
+  slot_of_[p] = -1;
+  created_[p] = -1;
   std::erase_if(retiring_, [&](const Retiring& r) { return r.page == page; });
   pool_.free(page);
+}
+
+void KvCache::release_slot(int32_t slot) {
+  const auto e = static_cast<size_t>(slot / extent_);
+  STRATA_ASSERT(e < extent_pages_.size() && extent_pages_[e] > 0);
+  if (--extent_pages_[e] == 0 && extent_orphan_[e] != 0) {
+    extent_orphan_[e] = 0;
+    free_extents_.push_back(static_cast<int32_t>(e * static_cast<size_t>(extent_)));
+  }
+}
+
+int32_t KvCache::refs(int32_t page) const {
+  const auto p = static_cast<size_t>(page);
+  return p < refs_.size() ? refs_[p] : 0;
 }
 
 void KvCache::remove_sequence(int32_t seq) {
   Seq& s = get(seq);
   for (int32_t p : s.pages) free_page(p);
-  for (int32_t e : s.extents) free_extents_.push_back(e);
+  // An extent whose pages another sequence still shares goes with the last of them.
+  for (int32_t e : s.extents) {
+    const auto i = static_cast<size_t>(e / extent_);
+    if (extent_pages_[i] == 0) {
+      free_extents_.push_back(e);
+    } else {
+      extent_orphan_[i] = 1;
+    }
+  }
   s.extents.clear();
   s.extent_used = 0;
   s.pages.clear();
@@ -168,7 +193,9 @@ int64_t KvCache::extend(int32_t seq, int64_t n_new, int32_t step) {
       if (slot_of_.size() < cap) {
         slot_of_.resize(cap, -1);
         created_.resize(cap, -1);
+        refs_.resize(cap, 0);
       }
+      refs_[static_cast<size_t>(id)] = 1;
       if (!pool_.backed(id)) created_[static_cast<size_t>(id)] = step;
     }
   } catch (...) {
@@ -183,8 +210,11 @@ int64_t KvCache::extend(int32_t seq, int64_t n_new, int32_t step) {
   for (int64_t p = old_len / ps; (p + 1) * ps <= new_len; ++p) {
     if (kv_page_home(placement_, p) != Tier::kDisk) continue;
     const int32_t id = s.pages[static_cast<size_t>(p)];
-    if (slot_of_[static_cast<size_t>(id)] < 0)
-      slot_of_[static_cast<size_t>(id)] = take_disk_slot(s);
+    if (slot_of_[static_cast<size_t>(id)] < 0) {
+      const int32_t slot = take_disk_slot(s);
+      slot_of_[static_cast<size_t>(id)] = slot;
+      ++extent_pages_[static_cast<size_t>(slot / extent_)];
+    }
     s.completed.push_back(id);
   }
   s.length = new_len;
@@ -200,12 +230,36 @@ void KvCache::truncate(int32_t seq, int64_t n_drop) {
     STRATA_ASSERT_MSG(kv_page_home(placement_, p) != Tier::kDisk,
                       "truncating sequence {} would reopen its completed disk page {}", seq, p);
   }
+  // Pages from the one the next token goes to on are written again: none is shared.
+  for (auto p = static_cast<size_t>(new_len / ps); p < s.pages.size(); ++p) {
+    STRATA_ASSERT_MSG(refs(s.pages[p]) == 1, "truncating sequence {} into its shared page {}", seq,
+                      p);
+  }
   const auto want = static_cast<size_t>(pool_.geometry().pages_for(new_len));
   while (s.pages.size() > want) {
     free_page(s.pages.back());
     s.pages.pop_back();
   }
   s.length = new_len;
+}
+
+void KvCache::share_prefix(int32_t dst, int32_t src, int64_t n_pages) {
+  STRATA_ASSERT(dst != src);
+  Seq& d = get(dst);
+  const Seq& from = get(src);
+  const int64_t ps = pool_.geometry().page_size;
+  STRATA_ASSERT_MSG(d.pages.empty() && d.length == 0,
+                    "sequence {} shares a prefix into a table of {} pages", dst, d.pages.size());
+  STRATA_ASSERT(n_pages >= 0 && n_pages * ps <= from.length);
+  for (int64_t p = 0; p < n_pages; ++p) {
+    const int32_t id = from.pages[static_cast<size_t>(p)];
+    STRATA_ASSERT_MSG(kv_page_home(placement_, p) != Tier::kDisk || disk_slot(id) >= 0,
+                      "shared disk page {} of sequence {} has no record", p, src);
+    ++refs_[static_cast<size_t>(id)];
+    d.pages.push_back(id);
+  }
+  d.length = n_pages * ps;
+  d.completed.clear();
 }
 
 KvNeeds KvCache::needs(const std::vector<std::vector<int64_t>>& lengths) const {
@@ -219,6 +273,8 @@ void KvCache::set_disk_slots(int64_t n, int64_t extent) {
   slot_capacity_ = std::max(slot_capacity_, n);
   extent_ = extent;
   free_extents_.clear();
+  extent_pages_.assign(static_cast<size_t>(slot_capacity_ / extent), 0);
+  extent_orphan_.assign(extent_pages_.size(), 0);
   // Handed out from the back: the lowest slots first.
   for (int64_t e = slot_capacity_ / extent - 1; e >= 0; --e) {
     free_extents_.push_back(static_cast<int32_t>(e * extent));

@@ -34,8 +34,18 @@
 // completed by a prefill or one by one in decode. A sequence's extents return
 // to the free list when it is removed.
 //
-// Invariants: a page is in exactly one page table (no sharing); pages(seq)
-// has page_size-ceil(length(seq)) entries; an unbacked page that is not fresh
+// Prefix sharing: share_prefix() points a new sequence's first pages at
+// another's full pages (a shared prompt prefix, computed once); a page
+// counts the tables that hold it and is freed when the last one lets it go.
+// Only full pages are shared, so nothing writes a shared page: each
+// sequence writes only the pages after its shared prefix. A shared disk
+// page keeps its slot, in the extent of the sequence that completed it:
+// an extent goes back to the free list once its owner is removed and no
+// page in use holds a slot in it.
+//
+// Invariants: a page is in the page tables of refs(page) >= 1 sequences,
+// as the same index of each (a shared prefix); pages(seq) has
+// page_size-ceil(length(seq)) entries; an unbacked page that is not fresh
 // has every layer's record on disk (its stores were issued in the step that
 // completed it, and the engine orders loads after stores); disk slots in use
 // <= disk_slots().
@@ -110,6 +120,13 @@ class KvCache {
   // must not have completed a disk-homed page (its record is stored in the
   // step that completes it).
   void truncate(int32_t seq, int64_t n_drop);
+  // Prefix sharing: `dst` (empty) takes `src`'s first `n_pages` pages, full
+  // and (when on disk) completed in an earlier step, as its own first
+  // pages: its length becomes n_pages * page_size, and it writes only what
+  // it extends after them.
+  void share_prefix(int32_t dst, int32_t src, int64_t n_pages);
+  // Page tables that hold `page` (0 when it is free).
+  int32_t refs(int32_t page) const;
   // Disk-homed pages the last extend() of `seq` completed (fresh unbacked
   // ones and backed ones), in table order: their records are stored in
   // this step.
@@ -151,7 +168,11 @@ class KvCache {
   Seq& get(int32_t seq);
   const Seq& get(int32_t seq) const;
   int32_t take_disk_slot(Seq& s);
+  // Lets one page table's hold on `page` go; frees it with the last.
   void free_page(int32_t page);
+  // The extent of `slot` loses a page; it goes back to the free list when
+  // that was its last and its owner is gone.
+  void release_slot(int32_t slot);
 
   PagePool pool_;
   Placement placement_;
@@ -161,6 +182,7 @@ class KvCache {
   // Per page id (grown with the pool's capacity).
   std::vector<int32_t> slot_of_;  // disk slot, -1 for none
   std::vector<int32_t> created_;  // generation step an unbacked page was created in, -1 otherwise
+  std::vector<int32_t> refs_;     // page tables holding the page
   struct Retiring {
     int32_t page;
     uint64_t last_store;
@@ -169,6 +191,10 @@ class KvCache {
   int64_t slot_capacity_ = 0;
   int64_t extent_ = 1;
   std::vector<int32_t> free_extents_;  // first slots
+  // Per extent (first slot / extent): pages in use holding a slot in it,
+  // and 1 once its owner is removed while some still do.
+  std::vector<int32_t> extent_pages_;
+  std::vector<uint8_t> extent_orphan_;
 };
 
 }  // namespace strata

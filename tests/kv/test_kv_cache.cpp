@@ -121,6 +121,85 @@ TEST(KvCacheDeathTest, TruncateIntoACompletedDiskPageIsRefused) {
   EXPECT_DEATH(kv.truncate(a, 1), "completed disk page");
 }
 
+// Prefix sharing: a page is freed exactly when the last table holding it
+// lets it go, and a sharer writes only its own pages after the prefix.
+TEST(KvCache, SharedPrefixPagesAreFreedWithTheLastSequenceHoldingThem) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF32, 4);
+  KvCache kv(be, g, 100 * g.bytes_per_page());
+  const int32_t a = kv.add_sequence();
+  kv.extend(a, 10);  // pages 0, 1 full; page 2 holds 2 tokens
+  const std::vector<int32_t> a_pages(kv.pages(a).begin(), kv.pages(a).end());
+  const int32_t b = kv.add_sequence(), c = kv.add_sequence();
+  kv.share_prefix(b, a, 2);
+  kv.share_prefix(c, a, 1);
+  EXPECT_EQ(kv.length(b), 8);
+  EXPECT_EQ(kv.length(c), 4);
+  EXPECT_EQ(kv.refs(a_pages[0]), 3);
+  EXPECT_EQ(kv.refs(a_pages[1]), 2);
+  EXPECT_EQ(kv.refs(a_pages[2]), 1);
+  EXPECT_EQ(kv.pool().n_used(), 3) << "sharing allocates nothing";
+  EXPECT_EQ(kv.extend(b, 3, 1), 8) << "b writes after its prefix";
+  ASSERT_EQ(kv.pages(b).size(), 3u);
+  EXPECT_EQ(kv.pages(b)[0], a_pages[0]);
+  EXPECT_EQ(kv.pages(b)[1], a_pages[1]);
+  EXPECT_NE(kv.pages(b)[2], a_pages[2]) << "the partial page is b's own";
+  EXPECT_EQ(kv.pool().n_used(), 4);
+
+  kv.remove_sequence(a);  // the sharers keep pages 0 and 1; a's own page 2 goes
+  EXPECT_EQ(kv.pool().n_used(), 3);
+  EXPECT_EQ(kv.refs(a_pages[0]), 2);
+  EXPECT_EQ(kv.refs(a_pages[2]), 0);
+  kv.remove_sequence(b);
+  EXPECT_EQ(kv.pool().n_used(), 1);
+  EXPECT_EQ(kv.refs(a_pages[1]), 0);
+  kv.remove_sequence(c);
+  EXPECT_EQ(kv.pool().n_used(), 0);
+  EXPECT_EQ(kv.refs(a_pages[0]), 0);
+}
+
+// A shared disk page keeps its slot while any sequence holds it, though
+// the sequence whose extent holds the slot is gone; then the extent is free.
+TEST(KvCacheDisk, AnExtentOutlivesItsOwnerWhileItsPagesAreShared) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF32, 4);
+  Placement disk;
+  disk.set(DataKind::kKv, 0, 0);
+  KvCache kv(be, g, 100 * g.bytes_per_page(), disk);
+  kv.set_disk_slots(4, 2);  // two extents of two slots
+  const int32_t a = kv.add_sequence();
+  kv.extend(a, 8, 0);  // two disk pages: one extent
+  const int32_t shared_slot = kv.disk_slot(kv.pages(a)[0]);
+  ASSERT_GE(shared_slot, 0);
+  const int32_t b = kv.add_sequence();
+  kv.share_prefix(b, a, 2);
+  kv.remove_sequence(a);
+  EXPECT_EQ(kv.disk_slot(kv.pages(b)[0]), shared_slot) << "the record stays where it is";
+  // One extent is free: a new sequence gets it, not the shared one.
+  const int32_t c = kv.add_sequence();
+  kv.extend(c, 8, 1);
+  for (int32_t page : kv.pages(c)) EXPECT_NE(kv.disk_slot(page) / 2, shared_slot / 2);
+  kv.remove_sequence(c);
+  kv.remove_sequence(b);  // the last holder: both extents are free again
+  const int32_t d = kv.add_sequence(), e = kv.add_sequence();
+  kv.extend(d, 8, 2);
+  kv.extend(e, 8, 2);  // needs the second extent too (the file would be full otherwise)
+  EXPECT_NE(kv.disk_slot(kv.pages(d)[0]) / 2, kv.disk_slot(kv.pages(e)[0]) / 2);
+}
+
+TEST(KvCacheDeathTest, TruncateIntoASharedPageIsRefused) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF32, 4);
+  KvCache kv(be, g, 100 * g.bytes_per_page());
+  const int32_t a = kv.add_sequence(), b = kv.add_sequence();
+  kv.extend(a, 8);
+  kv.share_prefix(b, a, 2);
+  kv.extend(b, 1, 1);
+  kv.truncate(b, 1);  // its own page: fine
+  EXPECT_EQ(kv.length(b), 8);
+  EXPECT_DEATH(kv.truncate(b, 1), "shared page");
+}
+
 TEST(KvCache, BudgetExhaustedIsAnErrorAndLeavesTheSequenceUnchanged) {
   CpuBackend be(1);
   const KvGeometry g = geometry(DType::kBF16);

@@ -1,0 +1,91 @@
+// Shared prompt prefixes (shared_prefix.h).
+#include "kv/shared_prefix.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace strata {
+
+namespace {
+
+int64_t common_tokens(std::span<const int32_t> a, std::span<const int32_t> b) {
+  const auto [ia, ib] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+  return ia - a.begin();
+}
+
+}  // namespace
+
+std::vector<PrefixGroup> find_prefix_groups(std::span<const std::span<const int32_t>> prompts,
+                                            int64_t page_size) {
+  STRATA_ASSERT(page_size >= 1);
+  std::vector<size_t> order(prompts.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::lexicographical_compare(prompts[a].begin(), prompts[a].end(), prompts[b].begin(),
+                                        prompts[b].end());
+  });
+  // Pages of prompt i that may be shared: all but its last token's.
+  auto cap = [&](size_t i) {
+    STRATA_ASSERT(!prompts[i].empty());
+    return (static_cast<int64_t>(prompts[i].size()) - 1) / page_size;
+  };
+  std::vector<PrefixGroup> out;
+  PrefixGroup cur;
+  int64_t pages = 0;
+  auto close = [&] {
+    if (cur.members.size() >= 2) {
+      std::sort(cur.members.begin(), cur.members.end());
+      cur.tokens = pages * page_size;
+      out.push_back(std::move(cur));
+    }
+    cur = PrefixGroup{};
+  };
+  for (size_t n = 0; n < order.size(); ++n) {
+    const size_t i = order[n];
+    if (!cur.members.empty()) {
+      const size_t prev = cur.members.back();
+      const int64_t shared =
+          std::min({pages, common_tokens(prompts[prev], prompts[i]) / page_size, cap(i)});
+      const bool joins = shared >= 1 && (cur.members.size() == 1 || 2 * shared >= pages);
+      if (joins) {
+        cur.members.push_back(i);
+        pages = shared;
+        continue;
+      }
+      close();
+    }
+    cur.members.push_back(i);
+    pages = cap(i);
+  }
+  close();
+  return out;
+}
+
+std::vector<size_t> order_for_sharing(std::span<const std::span<const int32_t>> prompts,
+                                      int64_t page_size) {
+  const size_t n = prompts.size();
+  auto longer = [&](size_t a, size_t b) {
+    return prompts[a].size() != prompts[b].size() ? prompts[a].size() > prompts[b].size() : a < b;
+  };
+  // Units: each group, and each prompt in none; a unit sorts by its longest member.
+  std::vector<std::vector<size_t>> units;
+  std::vector<uint8_t> grouped(n, 0);
+  for (PrefixGroup& g : find_prefix_groups(prompts, page_size)) {
+    for (size_t i : g.members) grouped[i] = 1;
+    std::sort(g.members.begin(), g.members.end(), longer);
+    units.push_back(std::move(g.members));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (grouped[i] == 0) units.push_back({i});
+  }
+  std::sort(units.begin(), units.end(),
+            [&](const auto& a, const auto& b) { return longer(a.front(), b.front()); });
+  std::vector<size_t> order;
+  order.reserve(n);
+  for (const auto& u : units) order.insert(order.end(), u.begin(), u.end());
+  return order;
+}
+
+}  // namespace strata

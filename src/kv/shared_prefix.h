@@ -1,0 +1,38 @@
+// Shared prompt prefixes: which prompts of a set begin with the same whole
+// KV pages of tokens, so that a block computes and stores those pages once
+// (kv/kv_cache.h: share_prefix) and the batch driver puts such prompts in
+// the same blocks.
+//
+// Prompts are sorted by their tokens; neighbours whose common prefix holds
+// whole pages form a group, the group's prefix being the pages all its
+// members share. A prompt joins the group before it while that keeps at
+// least half of the group's pages (so one short match does not shrink a
+// long shared preamble to a page); otherwise it starts a new group. Each
+// member keeps at least its last prompt token out of the prefix: the
+// prefill computes it, and with it the logits the first new token is drawn
+// from.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace strata {
+
+struct PrefixGroup {
+  std::vector<size_t> members;  // indices of the prompts, ascending; two or more
+  int64_t tokens = 0;           // shared tokens: a positive multiple of the page size
+};
+
+// The groups of `prompts` (each non-empty) for pages of `page_size` tokens;
+// a prompt is in at most one group.
+std::vector<PrefixGroup> find_prefix_groups(std::span<const std::span<const int32_t>> prompts,
+                                            int64_t page_size);
+
+// An order of the prompts for forming blocks: longest first (ties in input
+// order), except that the members of a group follow one another (longest
+// first), the group placed where its longest member would be.
+std::vector<size_t> order_for_sharing(std::span<const std::span<const int32_t>> prompts,
+                                      int64_t page_size);
+
+}  // namespace strata
