@@ -38,6 +38,8 @@ struct Options {
   CompressionFlags compression;
   SpeculationFlags speculation;
   OffloadFlags offload;
+  bool no_prefix_sharing = false;
+  int64_t shared_prefix = 0;
 };
 
 int run(const Options& o) {
@@ -60,6 +62,10 @@ int run(const Options& o) {
         o.num_batches, *o.offload.num_gpu_batches);
   }
   if (o.num_batches < 0) fail("--num-batches {} is not allowed; use 1 or more", o.num_batches);
+  if (o.shared_prefix < 0 || o.shared_prefix > o.prompt_len) {
+    fail("--shared-prefix {} is not allowed; use 0 to --prompt-len ({})", o.shared_prefix,
+         o.prompt_len);
+  }
   if (o.max_block < 1) fail("--max-block {} is not allowed; use 1 or more", o.max_block);
   if (o.warmup < 0) fail("--warmup {} is not allowed; use 0 or more", o.warmup);
   if (o.repeats < 1) fail("--repeats {} is not allowed; use 1 or more", o.repeats);
@@ -88,6 +94,7 @@ int run(const Options& o) {
   gen.max_new_tokens = static_cast<int32_t>(o.gen_len);
   gen.ignore_eos = true;
   o.speculation.apply(eo, gen);
+  eo.prefix_sharing = !o.no_prefix_sharing;
   RunShape shape;
   shape.max_prompt = o.prompt_len;
   shape.mean_prompt = static_cast<double>(o.prompt_len);
@@ -98,7 +105,7 @@ int run(const Options& o) {
 
   const std::vector<Job> jobs =
       synthetic_jobs(*tokenizer, model->config().n_vocab, engine->block_size(), o.prompt_len,
-                     static_cast<int32_t>(o.gen_len));
+                     static_cast<int32_t>(o.gen_len), o.shared_prefix);
   for (int w = 0; w < o.warmup; ++w) {
     spdlog::info("bench: warm-up run {}/{}", w + 1, o.warmup);
     run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
@@ -161,6 +168,10 @@ const Command kBench{
       sub.add_option("--model", o->model, "GGUF file or Hugging Face model directory")->required();
       sub.add_option("--prompt-len", o->prompt_len, "Tokens per prompt")->required();
       sub.add_option("--gen-len", o->gen_len, "Tokens generated per prompt")->required();
+      sub.add_option("--shared-prefix", o->shared_prefix,
+                     "Leading tokens every prompt has in common (a shared system prompt or "
+                     "preamble)")
+          ->capture_default_str();
       sub.add_option("--batch", o->batch,
                      "Sequences per batch (and prompts per block); required unless --policy sets "
                      "it");
@@ -182,6 +193,9 @@ const Command kBench{
       o->offload.add(sub, false);  // before compression: it owns --offload-dir
       o->compression.add(sub);
       o->speculation.add(sub);
+      sub.add_flag("--no-prefix-sharing", o->no_prefix_sharing,
+                   "Compute and store every prompt's KV in full, also the whole pages it shares "
+                   "with other prompts of its block (by default computed once)");
       return [o]() { return run(*o); };
     }};
 

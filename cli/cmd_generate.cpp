@@ -41,6 +41,7 @@ struct Options {
   CompressionFlags compression;
   SpeculationFlags speculation;
   OffloadFlags offload;
+  bool no_prefix_sharing = false;
 };
 
 int run(const Options& o) {
@@ -88,6 +89,7 @@ int run(const Options& o) {
   eo.offload_dir = offload.offload_dir;
   o.compression.apply(eo);
   o.speculation.apply(eo, gen);
+  eo.prefix_sharing = !o.no_prefix_sharing;
   // The placement plans for the longest prompt and generation of the file.
   RunShape shape;
   int64_t n_to_run = 0, prompt_sum = 0;
@@ -113,9 +115,8 @@ int run(const Options& o) {
   const auto engine = make_engine(*model, eo);
   const RunSummary summary = run_jobs(*engine, *tokenizer, jobs, gen, &out);
 
-  RunReport report =
-      plan_report(plan, *model, o.model, eo, shape.mean_prompt, shape.gen,
-                  measured_speculation(engine->stats(), summary.n_sequences));
+  RunReport report = plan_report(plan, *model, o.model, eo, shape.mean_prompt, shape.gen,
+                                 measured_speculation(engine->stats(), summary.n_sequences));
   report.n_prompts = summary.n_prompts;
   report.n_prompts_resumed = static_cast<int64_t>(out.n_resumed());
   report.n_sequences = summary.n_sequences;
@@ -183,6 +184,9 @@ const Command kGenerate{
       o->offload.add(sub, true);  // before compression: it owns --offload-dir
       o->compression.add(sub);
       o->speculation.add(sub);
+      sub.add_flag("--no-prefix-sharing", o->no_prefix_sharing,
+                   "Compute and store every prompt's KV in full, also the whole pages it shares "
+                   "with other prompts of its block (by default computed once)");
       return [o]() { return run(*o); };
     }};
 

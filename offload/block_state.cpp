@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kv/kv_cache.h"
+#include "kv/shared_prefix.h"
 #include "offload/block_budget.h"
 
 namespace strata {
@@ -43,11 +44,41 @@ void BlockState::start(std::span<const SeqInput> seqs, bool all_rows) {
   all_rows_ = all_rows;
   step_ = -1;
   st_.assign(seqs.size(), SeqState{});
+  prefix_step_ = false;
+  if (share_ && !all_rows) {
+    std::vector<std::span<const int32_t>> prompts;
+    for (const SeqInput& s : seqs) prompts.emplace_back(s.prompt);
+    for (const PrefixGroup& g : find_prefix_groups(prompts, page_size_)) {
+      for (const size_t b : g.members) {
+        st_[b].shared = g.tokens;
+        if (b != g.members.front()) st_[b].leader = static_cast<int32_t>(g.members.front());
+      }
+      prefix_step_ = true;
+    }
+  }
   for (size_t b = 0; b < seqs.size(); ++b) {
     st_[b].kv = kv_.add_sequence();
-    mbs_[b / static_cast<size_t>(gpu_batch_size_)].members.push_back(static_cast<int32_t>(b));
+    // At a prefix step only the leaders compute.
+    if (!prefix_step_ || (st_[b].shared > 0 && st_[b].leader < 0)) {
+      mbs_[b / static_cast<size_t>(gpu_batch_size_)].members.push_back(static_cast<int32_t>(b));
+    }
   }
   n_live_ = static_cast<int64_t>(seqs.size());
+}
+
+void BlockState::end_prefix_step() {
+  STRATA_ASSERT(prefix_step_ && step_ == 0);
+  for (MicroState& m : mbs_) m.members.clear();
+  for (size_t b = 0; b < st_.size(); ++b) {
+    SeqState& s = st_[b];
+    if (s.leader >= 0) {
+      const int64_t pages = s.shared / page_size_;
+      kv_.share_prefix(s.kv, st_[static_cast<size_t>(s.leader)].kv, pages);
+      reused_tokens_ += s.shared;
+      reused_pages_ += pages;
+    }
+    mbs_[b / static_cast<size_t>(gpu_batch_size_)].members.push_back(static_cast<int32_t>(b));
+  }
 }
 
 std::vector<int32_t> BlockState::kv_sequences(int64_t k) const {
@@ -101,14 +132,19 @@ bool BlockState::begin_step(int32_t step) {
     if (!m.live()) continue;
     m.n_groups = 0;
     int64_t n_tokens = 0;
+    const int32_t prefill = prefill_step();
     for (const int32_t b : m.members) {
       SeqState& s = st_[static_cast<size_t>(b)];
+      const std::span<const int32_t> prompt(seqs_[static_cast<size_t>(b)].prompt);
+      // A prefix step computes the shared prefix, the prefill what of the
+      // prompt the KV sequence does not hold yet.
       const std::span<const int32_t> toks =
-          step == 0 ? std::span<const int32_t>(seqs_[static_cast<size_t>(b)].prompt)
-                    : std::span<const int32_t>(s.fed);
+          step < prefill    ? prompt.first(static_cast<size_t>(s.shared))
+          : step == prefill ? prompt.subspan(static_cast<size_t>(kv_.length(s.kv)))
+                            : std::span<const int32_t>(s.fed);
       const int64_t n_new = static_cast<int64_t>(toks.size());
       // A row per token when scoring, and per fed token of a decode step.
-      const bool rows_each = all_rows_ || step > 0;
+      const bool rows_each = all_rows_ || step > prefill;
       const int64_t rows = rows_each ? n_new : 1;
       if (m.n_groups == 0 ||
           m.groups[static_cast<size_t>(m.n_groups - 1)].host.n_tokens() + n_new > kMaxGroupTokens) {
@@ -124,13 +160,13 @@ bool BlockState::begin_step(int32_t step) {
       n_tokens += n_new;
       active_.insert(active_.end(), static_cast<size_t>(all_rows_ ? 1 : rows), b);
     }
-    if (sparse_pages_ > 0) {
+    if (sparse_pages_ > 0 && step > prefill) {
       for (int64_t gi = 0; gi < m.n_groups; ++gi) {
         m.groups[static_cast<size_t>(gi)].host.plan_sparse(sparse_pages_, sparse_keep_first_,
                                                            kv_.geometry().n_kv_head, page_size_);
       }
     }
-    if (step > 0) count_attended(m);
+    if (step > prefill) count_attended(m);
   }
   return true;
 }

@@ -61,14 +61,32 @@ class BlockState {
   // Speculative decoding: the most draft tokens a decode step feeds a
   // sequence (SeqAction::draft); 0: drafts are ignored.
   void set_max_draft(int64_t n) { max_draft_ = n; }
+  // Prefix sharing (kv/shared_prefix.h): prompts of a block that
+  // begin with the same whole KV pages compute and store them once.
+  void set_prefix_sharing(bool on) { share_ = on; }
   // A new block of `seqs` (each with a KV sequence); `all_rows`: logits of
-  // every prompt position (scoring one sequence).
+  // every prompt position (scoring one sequence). With prefix sharing and
+  // some prompts sharing pages, the block starts with a *prefix step*: one
+  // sequence of each group (its leader) computes the group's shared
+  // prefix; then the others take those pages (KvCache::share_prefix) and
+  // the prefill step computes only what follows them.
   void start(std::span<const SeqInput> seqs, bool all_rows);
+  // The block's prefill step: 1 after a prefix step, else 0. Steps before it
+  // give the caller no logits; decode steps follow it.
+  int32_t prefill_step() const { return prefix_step_ ? 1 : 0; }
   // Generation step `step`: the active rows, KV slots for every live
-  // sequence's new tokens (its prompt at step 0, then the token fed back and
-  // its draft tokens, a logits row each) and the groups. False when no
-  // sequence is live (the block is over).
+  // sequence's new tokens (its shared prefix at a prefix step, the rest of
+  // its prompt at the prefill step, then the token fed back and its draft
+  // tokens, a logits row each) and the groups. False when no sequence is
+  // live (the block is over).
   bool begin_step(int32_t step);
+  // After the prefix step: every group's other members share their
+  // leader's prefix pages and join the micro-batches.
+  void end_prefix_step();
+  // Prompt tokens sequences took from shared prefixes instead of computing
+  // them, and the KV pages (of every layer) they did not store, so far.
+  int64_t reused_prompt_tokens() const { return reused_tokens_; }
+  int64_t reused_pages() const { return reused_pages_; }
   // True when `actions` (one per active row, a sequence's in its first)
   // end a sequence: its KV pages are freed by end_step.
   bool finishes_any(std::span<const SeqAction> actions) const;
@@ -109,6 +127,8 @@ class BlockState {
     int32_t kv = -1;           // KV sequence, -1 once finished
     std::vector<int32_t> fed;  // tokens fed to the next decode step: next, then drafts
     int32_t produced = 0;      // tokens produced so far (kept by the caller)
+    int64_t shared = 0;        // tokens of its prompt in a shared prefix
+    int32_t leader = -1;       // block index of the sequence whose prefix pages it takes
   };
   // How many of `wanted` draft tokens sequence b is fed next: at most
   // max_draft_, none past its max_new_tokens, and none that would complete a
@@ -122,6 +142,8 @@ class BlockState {
   int64_t sparse_pages_ = 0;
   int64_t max_draft_ = 0;
   bool sparse_keep_first_ = false;
+  bool share_ = false, prefix_step_ = false;
+  int64_t reused_tokens_ = 0, reused_pages_ = 0;
   uint64_t kv_attended_ = 0, kv_skipped_ = 0;
   std::span<const SeqInput> seqs_;
   bool all_rows_ = false;

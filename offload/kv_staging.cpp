@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "kv/kv_cache.h"
@@ -81,14 +82,20 @@ void KvStaging::plan(int64_t k, std::span<const int32_t> kv_sequences,
   p.record_of.clear();
   p.completed_backed.clear();
   const PagePool& pool = kv_.pool();
+  // A page shared by several sequences (a prompt prefix) has one record.
+  std::unordered_set<int32_t> shared;
   for (size_t i = 0; i < kv_sequences.size(); ++i) {
     const int32_t seq = kv_sequences[i];
     for (int32_t page : kv_.pages(seq)) {
       if (pool.backed(page)) continue;
-      if (sparse[i]) p.record_of.emplace(page, static_cast<int32_t>(p.pages.size()));
+      // It is read whole: a sequence that attends to all of it may hold it.
+      const bool many = kv_.refs(page) > 1;
+      if (many && !shared.insert(page).second) continue;
+      const bool selective = sparse[i] != 0 && !many;
+      if (selective) p.record_of.emplace(page, static_cast<int32_t>(p.pages.size()));
       p.pages.push_back(page);
       p.fresh.push_back(kv_.fresh(page, step) ? 1 : 0);
-      p.selective.push_back(sparse[i]);
+      p.selective.push_back(selective ? 1 : 0);
     }
     for (int32_t page : kv_.completed(seq)) {
       if (pool.backed(page)) p.completed_backed.push_back(page);

@@ -59,6 +59,7 @@ class OffloadEngine final : public Engine {
 
   const ModelConfig& config() const override { return model_.config(); }
   int64_t block_size() const override { return opt_.gpu_batch_size * opt_.num_gpu_batches; }
+  int64_t shared_prefix_page() const override { return opt_.prefix_sharing ? opt_.page_size : 0; }
   void run_block(std::span<const SeqInput> seqs, const StepFn& on_step) override {
     run(seqs, on_step, false);
   }
@@ -192,6 +193,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options, C
       std::make_unique<BlockState>(*kv_, opt_.gpu_batch_size, opt_.num_gpu_batches, pos_offset());
   block_->set_sparse(opt_.sparse_budget / opt_.page_size, opt_.sparse_keep_first);
   block_->set_max_draft(opt_.max_draft_tokens);
+  block_->set_prefix_sharing(opt_.prefix_sharing);
   if (attention_) attention_->attach(*kv_, *block_);
   // What the weights hold now: in place and vectors (host memory), or the
   // cpu share's copies (otherwise), and the staging buffers.
@@ -382,8 +384,9 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
     }
   } cleanup{*this};
 
-  const std::vector<ScheduleStep> schedule =
-      make_block_schedule({n_steps, config().n_layer, opt_.num_gpu_batches}, transfer_plan_);
+  // A prefix step (shared prompt prefixes) comes before the prefill.
+  const std::vector<ScheduleStep> schedule = make_block_schedule(
+      {n_steps + block_->prefill_step(), config().n_layer, opt_.num_gpu_batches}, transfer_plan_);
   for (size_t i = 0; i < schedule.size(); ++i) {
     const ScheduleStep& s = schedule[i];
     if ((i == 0 || s.step != schedule[i - 1].step) && !begin_step(s.step)) break;
@@ -495,9 +498,17 @@ void OffloadEngine::compute_head(BlockState::MicroState& m) {
 // to the caller, then finished sequences leave the block.
 void OffloadEngine::end_step(const StepFn& on_step, bool all_rows) {
   if (attention_) attention_->flush();
-  const int32_t step = block_->step();
+  const int32_t step = block_->step(), prefill = block_->prefill_step();
   const double dt = std::chrono::duration<double>(Clock::now() - t_step_).count();
-  (step == 0 ? stats_.prefill_s : stats_.decode_s) += dt;
+  (step <= prefill ? stats_.prefill_s : stats_.decode_s) += dt;
+  if (step < prefill) {  // a prefix step: no logits for the caller
+    const int64_t tokens = block_->reused_prompt_tokens(), pages = block_->reused_pages();
+    block_->end_prefix_step();
+    stats_.reused_prompt_tokens += block_->reused_prompt_tokens() - tokens;
+    stats_.kv_shared_bytes +=
+        static_cast<uint64_t>(block_->reused_pages() - pages) * kv_->geometry().bytes_per_page();
+    return;
+  }
   const int64_t V = config().n_vocab;
   const float* logits = logits_.as<float>();
   if (!backend_.memory_is_host()) {
@@ -507,7 +518,7 @@ void OffloadEngine::end_step(const StepFn& on_step, bool all_rows) {
   }
   const std::vector<int32_t>& active = block_->active();
   actions_.assign(active.size(), SeqAction{});
-  on_step(step, active, logits, actions_);
+  on_step(step - prefill, active, logits, actions_);
   // A finished sequence's pages may still be read by their stores.
   if (block_->finishes_any(actions_)) kv_stage_->wait_retiring(*exec_);
   const BlockState::Kept kept = block_->end_step(actions_, V);
@@ -515,7 +526,7 @@ void OffloadEngine::end_step(const StepFn& on_step, bool all_rows) {
   stats_.generated_tokens += kept.tokens;
   stats_.drafted_tokens += kept.drafted;
   stats_.accepted_tokens += kept.accepted;
-  if (step > 0) ++stats_.decode_steps;
+  if (step > prefill) ++stats_.decode_steps;
 }
 
 std::vector<float> OffloadEngine::score(std::span<const int32_t> tokens) {

@@ -19,6 +19,7 @@
 #include "generate/openai_response.h"
 #include "generate/stop.h"
 #include "io/one_line.h"
+#include "kv/shared_prefix.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -220,15 +221,24 @@ std::vector<Job> prepare_jobs(const PromptFile& prompts, const Tokenizer& tokeni
 }
 
 std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t block_size,
-                                             const std::function<bool(size_t)>& skip) {
+                                             const std::function<bool(size_t)>& skip,
+                                             int64_t shared_page) {
   STRATA_ASSERT(block_size >= 1);
   std::vector<size_t> order;
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (!skip(i)) order.push_back(i);
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return jobs[a].tokens.size() > jobs[b].tokens.size();
-  });
+  if (shared_page > 0) {
+    std::vector<std::span<const int32_t>> prompts;
+    for (size_t i : order) prompts.emplace_back(jobs[i].tokens);
+    std::vector<size_t> sorted = order_for_sharing(prompts, shared_page);
+    for (size_t& k : sorted) k = order[k];
+    order = std::move(sorted);
+  } else {
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return jobs[a].tokens.size() > jobs[b].tokens.size();
+    });
+  }
   std::vector<std::vector<size_t>> blocks;
   for (size_t i = 0; i < order.size(); i += static_cast<size_t>(block_size)) {
     const size_t end = std::min(order.size(), i + static_cast<size_t>(block_size));
@@ -268,9 +278,10 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
       out->append(jobs[i].index, make_record(jobs[i], "", {}, "skipped", options));
     }
   }
-  const auto blocks = plan_blocks(jobs, engine.block_size(), [&](size_t i) {
-    return done_before(i) || !jobs[i].skipped.empty();
-  });
+  const auto blocks = plan_blocks(
+      jobs, engine.block_size(),
+      [&](size_t i) { return done_before(i) || !jobs[i].skipped.empty(); },
+      engine.shared_prefix_page());
 
   const int64_t n_vocab_model = engine.config().n_vocab;
   // Ids past the tokenizer's vocabulary (padding rows of the embedding) have
@@ -367,8 +378,9 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
 }
 
 std::vector<Job> synthetic_jobs(const Tokenizer& tokenizer, int64_t n_vocab, int64_t n_prompts,
-                                int64_t prompt_len, int32_t gen_len) {
+                                int64_t prompt_len, int32_t gen_len, int64_t shared_len) {
   STRATA_ASSERT(n_prompts >= 1 && prompt_len >= 1 && gen_len >= 1);
+  STRATA_ASSERT(shared_len >= 0 && shared_len <= prompt_len);
   const int64_t n = std::min<int64_t>(n_vocab, tokenizer.n_vocab());
   std::vector<int32_t> pool;
   for (int32_t id = 0; id < n; ++id) {
@@ -376,15 +388,20 @@ std::vector<Job> synthetic_jobs(const Tokenizer& tokenizer, int64_t n_vocab, int
   }
   if (pool.empty())
     fail("the tokenizer of this model has no ordinary tokens to build prompts from");
-  SeqRng rng(0x5eed, 0);
+  SeqRng rng(0x5eed, 0), shared_rng(0x5eed, 1);
+  std::vector<int32_t> shared(static_cast<size_t>(shared_len));
+  for (int32_t& t : shared) t = pool[shared_rng.next_u64() % pool.size()];
   std::vector<Job> jobs(static_cast<size_t>(n_prompts));
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& job = jobs[i];
     job.index = i;
     job.id = i;
     job.max_new_tokens = gen_len;
+    job.tokens = shared;
     job.tokens.resize(static_cast<size_t>(prompt_len));
-    for (int32_t& t : job.tokens) t = pool[rng.next_u64() % pool.size()];
+    for (size_t t = shared.size(); t < job.tokens.size(); ++t) {
+      job.tokens[t] = pool[rng.next_u64() % pool.size()];
+    }
   }
   return jobs;
 }

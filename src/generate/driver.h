@@ -5,7 +5,9 @@
 //      any compute, so a bad prompt fails the run at once.
 //   2. plan_blocks: prompts sorted by token count (longest first, then input
 //      order) and cut into blocks of engine.block_size(), so the sequences of
-//      a block have similar lengths.
+//      a block have similar lengths; when the engine shares prompt prefixes,
+//      prompts sharing whole pages follow one another
+//      (kv/shared_prefix.h: order_for_sharing), so they share a block.
 //   3. run_jobs: engine.run_block per block; the StepFn samples each active
 //      sequence (SeqSampler, stream (seed, input index)), applies the stop
 //      rules (StopChecker), and when a sequence finishes its record goes to
@@ -112,9 +114,11 @@ std::vector<Job> prepare_jobs(const PromptFile& prompts, const Tokenizer& tokeni
                               const GenerateOptions& options, const std::string& model_name);
 
 // Step 2: the job indices (positions in `jobs`) of each block. Jobs for which
-// `skip(i)` is true (done already, or skipped) are left out.
+// `skip(i)` is true (done already, or skipped) are left out. `shared_page`:
+// Engine::shared_prefix_page (0: no sharing).
 std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t block_size,
-                                             const std::function<bool(size_t)>& skip);
+                                             const std::function<bool(size_t)>& skip,
+                                             int64_t shared_page = 0);
 
 // The record of a job that ran (or was skipped: finish_reason "skipped"),
 // in the shape of its input format.
@@ -138,8 +142,9 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
 // `n_prompts` synthetic jobs for bench: `prompt_len` token ids each, drawn
 // deterministically (fixed seed) from the vocabulary without special tokens,
 // every job generating exactly `gen_len` tokens (greedy; run with ignore_eos).
+// The first `shared_len` ids are the same in every prompt (a shared prefix).
 std::vector<Job> synthetic_jobs(const Tokenizer& tokenizer, int64_t n_vocab, int64_t n_prompts,
-                                int64_t prompt_len, int32_t gen_len);
+                                int64_t prompt_len, int32_t gen_len, int64_t shared_len = 0);
 
 // The hash of everything that changes the records: the resume check.
 // `model_identity` names the model (path and file sizes), `compute` the dtype.

@@ -63,6 +63,11 @@ struct EngineStats {
   int64_t generated_tokens = 0;  // tokens the caller kept: one per sequence and step, plus
                                  // its accepted draft tokens
   int64_t decode_steps = 0;      // decode steps (passes over the weights), summed over blocks
+  // Prefix sharing: prompt tokens sequences took from a shared prefix
+  // instead of computing them (the prefill computed prompt_tokens minus
+  // these), and the KV bytes (every layer) of the pages they shared.
+  int64_t reused_prompt_tokens = 0;
+  uint64_t kv_shared_bytes = 0;
   // Speculative decoding: draft tokens fed to decode steps (verified) and
   // those the caller accepted.
   int64_t drafted_tokens = 0, accepted_tokens = 0;
@@ -125,6 +130,10 @@ struct EngineOptions {
   // sparse attention or a quantized KV cache (refused when the engine is
   // made): verification appends several keys per sequence at once.
   int64_t max_draft_tokens = 0;
+  // Prefix sharing: prompts of a block that begin with the same whole KV
+  // pages compute and store those pages once (kv/shared_prefix.h);
+  // the others point their page tables at them.
+  bool prefix_sharing = true;
   // Byte budgets of the tiers (--gpu-mem, --cpu-mem, --disk-mem); 0: the
   // default (cpu: the RAM available at start; disk: the free space in
   // offload_dir). On the CPU device the RAM budget is gpu_mem + cpu_mem.
@@ -143,6 +152,10 @@ class Engine {
   virtual const ModelConfig& config() const = 0;
   // Sequences per block (gpu_batch_size x num_gpu_batches).
   virtual int64_t block_size() const = 0;
+  // The page size (tokens) whose whole pages of a shared prompt prefix a
+  // block computes once (EngineOptions::prefix_sharing); 0: none shared.
+  // The driver puts prompts with shared prefixes in the same blocks.
+  virtual int64_t shared_prefix_page() const = 0;
 
   // Runs `seqs` (at most block_size()) to completion. Throws Error for a prompt
   // that does not fit the context or a KV budget that cannot hold the block.

@@ -76,6 +76,9 @@ nlohmann::ordered_json RunReport::to_json() const {
   }
   j["queue_busy"] = busy;
   j["decode_steps"] = engine.decode_steps;
+  j["prefill_tokens_computed"] = engine.prompt_tokens - engine.reused_prompt_tokens;
+  j["prefix_reused_tokens"] = engine.reused_prompt_tokens;
+  j["kv_shared_bytes"] = engine.kv_shared_bytes;
   j["drafted_tokens"] = engine.drafted_tokens;
   j["accepted_tokens"] = engine.accepted_tokens;
   j["kv_attended_bytes"] = engine.kv_attended_bytes;
@@ -157,6 +160,16 @@ void RunReport::print(std::FILE* out) const {
                                     static_cast<double>(decode_tokens(*this)) /
                                         static_cast<double>(engine.decode_steps)));
   }
+  if (engine.reused_prompt_tokens > 0) {
+    row("shared prefixes",
+        fmt::format("{} of {} prompt tokens taken from a shared prefix ({:.1f} %), {} computed; "
+                    "{} of KV not stored again",
+                    engine.reused_prompt_tokens, engine.prompt_tokens,
+                    100.0 * static_cast<double>(engine.reused_prompt_tokens) /
+                        static_cast<double>(engine.prompt_tokens),
+                    engine.prompt_tokens - engine.reused_prompt_tokens,
+                    human_bytes(static_cast<double>(engine.kv_shared_bytes))));
+  }
   if (engine.drafted_tokens > 0) {
     row("speculation", fmt::format("accepted {} of {} draft tokens ({:.1f} %)",
                                    engine.accepted_tokens, engine.drafted_tokens,
@@ -212,7 +225,8 @@ SpeculationRates measured_speculation(const EngineStats& s, int64_t n_sequences)
   const int64_t seq_steps = kept - s.accepted_tokens;
   if (s.drafted_tokens == 0 || seq_steps <= 0) return {};
   const auto steps = static_cast<double>(seq_steps);
-  return {(steps + static_cast<double>(s.drafted_tokens)) / steps, static_cast<double>(kept) / steps};
+  return {(steps + static_cast<double>(s.drafted_tokens)) / steps,
+          static_cast<double>(kept) / steps};
 }
 
 EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
@@ -222,6 +236,8 @@ EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
   d.prompt_tokens -= before.prompt_tokens;
   d.generated_tokens -= before.generated_tokens;
   d.decode_steps -= before.decode_steps;
+  d.reused_prompt_tokens -= before.reused_prompt_tokens;
+  d.kv_shared_bytes -= std::min(d.kv_shared_bytes, before.kv_shared_bytes);
   d.drafted_tokens -= before.drafted_tokens;
   d.accepted_tokens -= before.accepted_tokens;
   d.kv_attended_bytes -= std::min(d.kv_attended_bytes, before.kv_attended_bytes);

@@ -4,11 +4,13 @@
 // the stable top-level names of docs/DESIGN.md §8:
 //   model, policy, hardware, n_prompts, prompt_tokens, generated_tokens,
 //   prefill_s, decode_s, total_s, prefill_tokens_per_s, decode_tokens_per_s,
-//   total_tokens_per_s, decode_steps, drafted_tokens, accepted_tokens,
+//   total_tokens_per_s, decode_steps, prefill_tokens_computed,
+//   prefix_reused_tokens, kv_shared_bytes, drafted_tokens, accepted_tokens,
 //   links {name: {bytes, busy_s, gb_per_s}},
 //   peak_bytes {tier: bytes}, queue_busy {queue: share}, predicted {...}
 //   (with total_error, measured over predicted total less 1).
-// Throughputs follow FlexGen: prefill = prompt tokens / prefill time; decode =
+// Throughputs follow FlexGen: prefill = prompt tokens / prefill time (with
+// shared prefixes, tokens submitted: those computed are counted apart); decode =
 // tokens sampled after decode steps (generated minus the one token per
 // sequence sampled from the prefill logits) / decode time; total = generated
 // tokens / total wall time of the generation. A rate whose time is zero, and

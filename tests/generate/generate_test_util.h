@@ -47,6 +47,8 @@ class FakeEngine : public Engine {
 
   const ModelConfig& config() const override { return config_; }
   int64_t block_size() const override { return block_size_; }
+  int64_t shared_prefix_page() const override { return shared_page; }
+  int64_t shared_page = 0;  // as the engine's: 0 for none
 
   // The logits row that follows `tokens`.   row: [n_vocab]
   void logits_for(const std::vector<int32_t>& tokens, float* row) const {

@@ -112,6 +112,64 @@ TEST(CliGenerate, UnwritableOutputExitsOneBeforeCompute) {
 
 // --speculate ngram: the same records (greedy and seeded sampling), fewer
 // passes over the weights; what it cannot be combined with is one line.
+// Prompts sharing a preamble (and one twice the same) among others: with
+// prefix sharing (the default) the records are those of a run without,
+// greedy and sampled, in input order; the report counts the shared tokens.
+TEST(CliGenerate, PrefixSharingWritesTheRecordsOfARunWithout) {
+  ScratchDir dir;
+  const std::string pre =
+      "You are a careful assistant. Answer in one short sentence, and say so when you do not "
+      "know. Question: ";
+  write_text(dir.file("p.txt"), pre + "what is the sea?\nhello there\n" + pre +
+                                    "why is the sky blue?\n" + pre + "what is the sea?\n" + pre +
+                                    "who wrote this?\nthe cat sat on the mat\n");
+  for (const char* temperature : {"0", "0.8"}) {
+    std::vector<std::string> outputs;
+    for (const bool share : {false, true}) {
+      const std::string out =
+          dir.file(std::string("out-") + (share ? "on" : "off") + temperature + ".jsonl");
+      std::vector<std::string> args{"generate",
+                                    "--model",
+                                    kLlama,
+                                    "--prompts",
+                                    dir.file("p.txt"),
+                                    "--output",
+                                    out,
+                                    "--max-new-tokens",
+                                    "12",
+                                    "--ids",
+                                    "--batch-size",
+                                    "2",
+                                    "--num-gpu-batches",
+                                    "3",
+                                    "--compute-dtype",
+                                    "f32",
+                                    "--temperature",
+                                    temperature,
+                                    "--seed",
+                                    "3",
+                                    "--report",
+                                    out + ".report"};
+      if (!share) args.push_back("--no-prefix-sharing");
+      const auto r = run_strata(args, dir.path());
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      outputs.push_back(read_text(out));
+      const auto report = nlohmann::json::parse(read_text(out + ".report"));
+      EXPECT_EQ(report["generated_tokens"], 6 * 12);
+      const int64_t reused = report["prefix_reused_tokens"].get<int64_t>();
+      if (share) {
+        EXPECT_GT(reused, 0);
+        EXPECT_EQ(report["prefill_tokens_computed"].get<int64_t>(),
+                  report["prompt_tokens"].get<int64_t>() - reused);
+        EXPECT_NE(r.out.find("shared prefixes"), std::string::npos) << r.out;
+      } else {
+        EXPECT_EQ(reused, 0);
+      }
+    }
+    EXPECT_EQ(outputs[0], outputs[1]) << "temperature " << temperature;
+  }
+}
+
 TEST(CliGenerate, SpeculationWritesTheRecordsOfARunWithout) {
   ScratchDir dir;
   write_text(dir.file("p.txt"),

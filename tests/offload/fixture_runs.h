@@ -66,11 +66,31 @@ inline Fixture load(const std::string& name) {
   return f;
 }
 
+// Prompts with shared prefixes among others: a preamble of two fixture
+// prompts before five of them, twice the same prompt, and the fixture's
+// own prompts (sharing less than a page with them, or nothing).
+inline std::vector<std::vector<int32_t>> sharing_prompts(const Fixture& f) {
+  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<int32_t> preamble = cat(f.prompts[0], f.prompts[2]);
+  std::vector<std::vector<int32_t>> p;
+  for (size_t i : {1, 3, 5, 6, 7}) p.push_back(cat(preamble, f.prompts[i]));
+  p.insert(p.begin() + 2, f.prompts[4]);
+  p.push_back(f.prompts[4]);
+  p.push_back(f.prompts[6]);
+  p.push_back(f.prompts[2]);
+  return p;
+}
+
 // An engine for the fixture runs: f32 compute and KV, micro-batches of g
 // sequences, k per block, pages of 4 tokens (short prompts span several,
 // full and partial), 2 threads, the offload directory under `dir`; the
 // placement is EngineOptions' default (everything where the device
-// computes: in RAM, on the CPU).
+// computes: in RAM, on the CPU). Prefix sharing is off (some fixture prompts
+// begin with others: the grids count each step's bytes, and a prefix step
+// is one more); the tests of sharing turn it on.
 inline EngineOptions fixture_options(const Fixture& f, int64_t g, int64_t k, const fs::path& dir) {
   EngineOptions o;
   o.compute_dtype = DType::kF32;
@@ -81,6 +101,7 @@ inline EngineOptions fixture_options(const Fixture& f, int64_t g, int64_t k, con
   o.threads = 2;
   o.kv_budget_bytes = uint64_t{64} << 20;
   o.offload_dir = (dir / f.name).string();
+  o.prefix_sharing = false;
   return o;
 }
 
@@ -194,6 +215,25 @@ inline void expect_same_bits(const GenRun& ref, const GenRun& got, const std::st
                             ref.logits[q][i].size() * sizeof(float)),
                 0)
           << what << ": logits of sequence " << q << " step " << i << " are not bit-identical";
+    }
+  }
+}
+
+// Tokens equal, and every row within the bound of the reference's row.
+inline void expect_same_tokens_close_logits(const ModelConfig& c, const GenRun& ref,
+                                            const GenRun& got, const std::string& what) {
+  ASSERT_EQ(got.tokens, ref.tokens) << what;
+  for (size_t s = 0; s < ref.logits.size(); ++s) {
+    ASSERT_EQ(got.logits[s].size(), ref.logits[s].size()) << what;
+    for (size_t i = 0; i < ref.logits[s].size(); ++i) {
+      const std::vector<float>& a = ref.logits[s][i];
+      double max_abs = 0;
+      for (float x : a) max_abs = std::max(max_abs, std::fabs(double(x)));
+      const double bound = micro_batch_bound(c, max_abs);
+      for (size_t v = 0; v < a.size(); ++v) {
+        ASSERT_LE(std::fabs(double(got.logits[s][i][v]) - a[v]), bound)
+            << what << ": sequence " << s << " token " << i << " id " << v;
+      }
     }
   }
 }

@@ -149,6 +149,29 @@ TEST_P(CudaEngine, SpeculativeStepsWithinTheF32BoundOfThePlainCpuRun) {
   }
 }
 
+// Prefix sharing on the GPU (prompts sharing a preamble: sharing_prompts),
+// with KV on the device and half on disk: within the f32 bound of the CPU
+// run without sharing (cuBLAS may sum a product of another height in
+// another order), and the shared tokens counted.
+TEST_P(CudaEngine, PrefixSharingWithinTheF32BoundOfTheCpuRunWithout) {
+  STRATA_REQUIRE_GPU();
+  const Fixture f = load(GetParam());
+  TempDir dir("cuda-prefix");
+  const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
+  const EngineOptions cpu = on_the_cpu(cuda_options(f, 3, 3, dir.path));  // sharing off
+  const GenRun ref = generate(*make_engine(*f.model, cpu), prompts);
+  for (const double kv_gpu : {1.0, 0.5}) {
+    EngineOptions o = cuda_options(f, 3, 3, dir.path);
+    o.placement[Share::kKvGpu] = kv_gpu;
+    o.placement[Share::kKvCpu] = 0;
+    o.prefix_sharing = true;
+    const GenRun got = generate(*make_engine(*f.model, o), prompts);
+    expect_within_f32_bound(ref, got, f.model->config().n_vocab,
+                            f.name + " prefix sharing, KV on gpu " + std::to_string(kv_gpu));
+    EXPECT_GT(got.stats.reused_prompt_tokens, 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEngine,
                          ::testing::Values("opt", "llama", "qwen2", "llama-gguf"),
                          fixture_param_name);

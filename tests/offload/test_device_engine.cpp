@@ -237,6 +237,32 @@ TEST(DeviceEngine, SpeculativeStepsGiveTheCpuBits) {
   expect_same_bits(ref, b, "CPU attention");
 }
 
+// Prefix sharing on the device: the CPU device's bits with sharing (and
+// the tokens without), with the KV cache in device memory and in RAM (half
+// on disk) under --cpu-attention (the shared pages attended through both
+// paths).
+TEST(DeviceEngine, PrefixSharingGivesTheCpuBits) {
+  const Fixture f = load("llama");
+  TempDir dir("device-prefix");
+  const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
+  EngineOptions o = options(f, 3, 3, dir.path);
+  o.prefix_sharing = false;
+  const GenRun plain = generate(*make_engine(*f.model, o), prompts);
+  o.prefix_sharing = true;
+  const GenRun ref = generate(*make_engine(*f.model, o), prompts);
+  EXPECT_EQ(ref.tokens, plain.tokens);
+  EngineOptions on_device = placed(o, {0.3, 0.4, 1});
+  const GenRun a = generate(*make_engine(*f.model, on_device, separate_device()), prompts);
+  expect_same_bits(ref, a, "KV in device memory");
+  EXPECT_GT(a.stats.reused_prompt_tokens, 0);
+  EngineOptions cpu_attn = placed(o, {0.3, 0.4, 0});
+  cpu_attn.placement[Share::kKvCpu] = 0.5;
+  cpu_attn.cpu_attention = true;
+  const GenRun b = generate(*make_engine(*f.model, cpu_attn, separate_device()), prompts);
+  expect_same_bits(ref, b, "CPU attention");
+  EXPECT_GT(b.stats.reused_prompt_tokens, 0);
+}
+
 // --cpu-attention: the KV cache in RAM (and on disk), each layer's KV append
 // and attention on the CPU (on the attention queue's thread, pipelined over
 // the micro-batches of a layer) between the device's projections; the CPU

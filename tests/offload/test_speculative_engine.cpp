@@ -46,25 +46,6 @@ DraftFn drafts_from(const GenRun& ref, Drafts kind, int64_t n_vocab) {
   };
 }
 
-// Tokens equal, and every row within the bound of the reference's row.
-void expect_same_tokens_close_logits(const ModelConfig& c, const GenRun& ref, const GenRun& got,
-                                     const std::string& what) {
-  ASSERT_EQ(got.tokens, ref.tokens) << what;
-  for (size_t s = 0; s < ref.logits.size(); ++s) {
-    ASSERT_EQ(got.logits[s].size(), ref.logits[s].size()) << what;
-    for (size_t i = 0; i < ref.logits[s].size(); ++i) {
-      const std::vector<float>& a = ref.logits[s][i];
-      double max_abs = 0;
-      for (float x : a) max_abs = std::max(max_abs, std::fabs(double(x)));
-      const double bound = micro_batch_bound(c, max_abs);
-      for (size_t v = 0; v < a.size(); ++v) {
-        ASSERT_LE(std::fabs(double(got.logits[s][i][v]) - a[v]), bound)
-            << what << ": sequence " << s << " token " << i << " id " << v;
-      }
-    }
-  }
-}
-
 class SpeculativeEngine : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SpeculativeEngine, GreedyTokensAreThoseOfDecodingWithout) {

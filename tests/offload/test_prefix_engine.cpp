@@ -1,0 +1,67 @@
+// Prefix sharing in the engine (EngineOptions::prefix_sharing) on the
+// fixture models, f32 compute, pages of 4 tokens: prompts that begin with
+// the same whole pages compute and store them once (a prefix step before
+// the prefill), and every run gives the greedy tokens of the run without
+// sharing, whatever the placement of the KV cache and its dtype (f32, f16;
+// the fixtures' head_dim of 16 is below every q4/q8 KV group), with every
+// f32 logits row within the bound of another summation order (the
+// prefill's matrix products have fewer rows: as between micro-batch sizes);
+// with KV on disk the shared pages are written once.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "offload/fixture_runs.h"
+#include "offload/offload_engine.h"
+
+namespace strata {
+namespace {
+
+using namespace fixture_runs;
+
+class PrefixEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PrefixEngine, SharingGivesTheTokensOfTheRunWithout) {
+  const Fixture f = load(GetParam());
+  TempDir dir("prefix");
+  const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
+  for (const auto& [g, k] : {std::pair<int64_t, int64_t>{3, 3}, {9, 1}}) {
+    for (const DType kv : {DType::kF32, DType::kF16}) {
+      for (const double kv_ram : {1.0, 0.5, 0.0}) {
+        const std::string what = f.name + " " + std::to_string(g) + "x" + std::to_string(k) +
+                                 " KV " + std::string(dtype_name(kv)) + " in RAM " +
+                                 std::to_string(kv_ram);
+        EngineOptions o = fixture_options(f, g, k, dir.path);  // sharing off
+        o.kv_dtype = kv;
+        o.placement.set(DataKind::kKv, 0, kv_ram);
+        const GenRun ref = generate(*make_engine(*f.model, o), prompts);
+        o.prefix_sharing = true;
+        const GenRun got = generate(*make_engine(*f.model, o), prompts);
+        if (kv == DType::kF32) {
+          expect_same_tokens_close_logits(f.model->config(), ref, got, what);
+        } else {
+          // A K or V value within the f32 bound may round to the other
+          // neighbouring f16: only the tokens are compared.
+          ASSERT_EQ(got.tokens, ref.tokens) << what;
+        }
+        if (::testing::Test::HasFatalFailure()) return;
+        EXPECT_EQ(ref.stats.reused_prompt_tokens, 0) << what;
+        EXPECT_GT(got.stats.reused_prompt_tokens, 0) << what;
+        EXPECT_GT(got.stats.kv_shared_bytes, 0u) << what;
+        EXPECT_EQ(got.stats.prompt_tokens, ref.stats.prompt_tokens) << what;
+        EXPECT_EQ(got.stats.generated_tokens, ref.stats.generated_tokens) << what;
+        if (kv_ram < 1.0) {
+          // Shared pages are stored once.
+          EXPECT_LT(link_bytes(got.stats, "cpu->disk"), link_bytes(ref.stats, "cpu->disk")) << what;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixEngine, ::testing::Values("opt", "llama", "qwen2"),
+                         fixture_param_name);
+
+}  // namespace
+}  // namespace strata
