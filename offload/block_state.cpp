@@ -66,19 +66,21 @@ void BlockState::start(std::span<const SeqInput> seqs, bool all_rows) {
   n_live_ = static_cast<int64_t>(seqs.size());
 }
 
-void BlockState::end_prefix_step() {
+BlockState::Reused BlockState::end_prefix_step() {
   STRATA_ASSERT(prefix_step_ && step_ == 0);
+  Reused reused;
   for (MicroState& m : mbs_) m.members.clear();
   for (size_t b = 0; b < st_.size(); ++b) {
     SeqState& s = st_[b];
     if (s.leader >= 0) {
       const int64_t pages = s.shared / page_size_;
       kv_.share_prefix(s.kv, st_[static_cast<size_t>(s.leader)].kv, pages);
-      reused_tokens_ += s.shared;
-      reused_pages_ += pages;
+      reused.tokens += s.shared;
+      reused.pages += pages;
     }
     mbs_[b / static_cast<size_t>(gpu_batch_size_)].members.push_back(static_cast<int32_t>(b));
   }
+  return reused;
 }
 
 std::vector<int32_t> BlockState::kv_sequences(int64_t k) const {
@@ -127,12 +129,12 @@ bool BlockState::begin_step(int32_t step) {
   if (n_live_ == 0) return false;
   step_ = step;
   active_.clear();
+  const int32_t prefill = prefill_step();
   for (MicroState& m : mbs_) {
     m.row0 = static_cast<int64_t>(active_.size());
     if (!m.live()) continue;
     m.n_groups = 0;
     int64_t n_tokens = 0;
-    const int32_t prefill = prefill_step();
     for (const int32_t b : m.members) {
       SeqState& s = st_[static_cast<size_t>(b)];
       const std::span<const int32_t> prompt(seqs_[static_cast<size_t>(b)].prompt);

@@ -81,12 +81,13 @@ class BlockState {
   // live (the block is over).
   bool begin_step(int32_t step);
   // After the prefix step: every group's other members share their
-  // leader's prefix pages and join the micro-batches.
-  void end_prefix_step();
-  // Prompt tokens sequences took from shared prefixes instead of computing
-  // them, and the KV pages (of every layer) they did not store, so far.
-  int64_t reused_prompt_tokens() const { return reused_tokens_; }
-  int64_t reused_pages() const { return reused_pages_; }
+  // leader's prefix pages and join the micro-batches. Returns the prompt
+  // tokens they took from shared prefixes instead of computing them, and
+  // the KV pages (of every layer) they did not store.
+  struct Reused {
+    int64_t tokens = 0, pages = 0;
+  };
+  Reused end_prefix_step();
   // True when `actions` (one per active row, a sequence's in its first)
   // end a sequence: its KV pages are freed by end_step.
   bool finishes_any(std::span<const SeqAction> actions) const;
@@ -143,7 +144,6 @@ class BlockState {
   int64_t max_draft_ = 0;
   bool sparse_keep_first_ = false;
   bool share_ = false, prefix_step_ = false;
-  int64_t reused_tokens_ = 0, reused_pages_ = 0;
   uint64_t kv_attended_ = 0, kv_skipped_ = 0;
   std::span<const SeqInput> seqs_;
   bool all_rows_ = false;

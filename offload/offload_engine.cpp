@@ -502,11 +502,10 @@ void OffloadEngine::end_step(const StepFn& on_step, bool all_rows) {
   const double dt = std::chrono::duration<double>(Clock::now() - t_step_).count();
   (step <= prefill ? stats_.prefill_s : stats_.decode_s) += dt;
   if (step < prefill) {  // a prefix step: no logits for the caller
-    const int64_t tokens = block_->reused_prompt_tokens(), pages = block_->reused_pages();
-    block_->end_prefix_step();
-    stats_.reused_prompt_tokens += block_->reused_prompt_tokens() - tokens;
+    const BlockState::Reused reused = block_->end_prefix_step();
+    stats_.reused_prompt_tokens += reused.tokens;
     stats_.kv_shared_bytes +=
-        static_cast<uint64_t>(block_->reused_pages() - pages) * kv_->geometry().bytes_per_page();
+        static_cast<uint64_t>(reused.pages) * kv_->geometry().bytes_per_page();
     return;
   }
   const int64_t V = config().n_vocab;
