@@ -20,6 +20,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_bf16.h"
+#include "kernels/cpu/matmul_f32_dot.h"
 #include "kernels/cpu/matmul_int8.h"
 #include "kernels/cpu/op_args.h"
 #include "kernels/cpu/parallel.h"
@@ -164,7 +165,7 @@ struct MatmulCache::Impl {
   std::map<std::tuple<ComputeType, int64_t, int64_t, int64_t>, dnnl::reorder> x_reorders;
   Buffer x_ws;       // swapped: packed x tiles; small-m bf16: x rounded to bf16
   Buffer int8_x;     // int8 compute: x quantized per group
-  Buffer dot_x;      // small-m bf16: x rounded to bf16 for the fused dot kernel
+  Buffer dot_x;      // small m: x rounded to bf16 (or padded, f32) for the fused dot kernels
   Buffer rounded_x;  // bf16 without native products: x rounded to bf16, as f32
   std::vector<ThreadWs> threads;
   bool warned_ref = false;
@@ -553,6 +554,19 @@ Status run_matmul_bf16_dot(MatmulCache::Impl& c, float* y, int64_t y_stride, con
                          c.dot_x.data(), n_threads);
 }
 
+// f32 (or bf16 without native products) at m <= kF32DotMaxM: the fused
+// widen + FMA kernel (kernels/cpu/matmul_f32_dot.h).
+Status run_matmul_f32_dot(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
+                          int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
+                          const float* bias, int64_t m, int64_t n, int64_t k, bool round_bf16) {
+  const int64_t budget = omp_get_max_threads();
+  const int n_threads =
+      static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
+  if (!c.dot_x.ensure(matmul_f32_dot_ws_bytes(m, k))) return Status::kOutOfMemory;
+  return matmul_f32_dot(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k,
+                        round_bf16, c.dot_x.data(), n_threads);
+}
+
 }  // namespace
 
 MatmulCache::MatmulCache() : impl_(std::make_unique<Impl>()) {}
@@ -575,6 +589,10 @@ Status MatmulCache::reserve(int64_t max_m, int64_t n, int64_t k, ComputeType com
   if (max_m < 1 || n < 1 || k < 1) return Status::kInvalidArgument;
   if (compute == ComputeType::kInt8) compute = ComputeType::kBF16;  // float weights' path
   if (compute == ComputeType::kBF16 && !native_bf16_products()) compute = ComputeType::kF32;
+  if (compute == ComputeType::kF32 && matmul_f32_dot_ok(1) &&
+      !impl_->dot_x.ensure(matmul_f32_dot_ws_bytes(std::min(max_m, kF32DotMaxM), k))) {
+    return Status::kOutOfMemory;
+  }
   try {
     impl_->init();
     // The largest workspaces come from the largest m on each path.
@@ -631,8 +649,13 @@ Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, in
     return run_matmul_bf16_dot(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes,
                                bias, m, n, k);
   }
+  const bool bf16_in_f32 = compute == ComputeType::kBF16 && !native_bf16_products();
+  if ((compute == ComputeType::kF32 || bf16_in_f32) && matmul_f32_dot_ok(m)) {
+    return run_matmul_f32_dot(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias,
+                              m, n, k, bf16_in_f32);
+  }
   try {
-    if (compute == ComputeType::kBF16 && !native_bf16_products()) {
+    if (bf16_in_f32) {
       MatmulCache::Impl& c = cache.impl();
       if (!c.rounded_x.ensure(static_cast<size_t>(m * k) * sizeof(float))) {
         return Status::kOutOfMemory;

@@ -117,21 +117,36 @@ TEST_P(MatmulTest, QuantizedDtypesOddSizes) {
   }
 }
 
-// Every m of the fused bf16 dot kernel (m <= kBf16DotMaxM) for every weight
-// dtype, odd and even n (weight rows go in pairs), k with a tail for the
-// float dtypes.
-TEST_P(MatmulTest, SmallMEveryM) {
+// Every m of the fused dot kernels (bf16: m <= kBf16DotMaxM; f32 and bf16
+// without bf16 products: m <= kF32DotMaxM, in strips of kF32DotRows weight
+// rows) for every weight dtype: n a whole number of strips and not, rows read
+// in place (k whole vectors) and through the stage (a tail, padded rows).
+void small_m_every_m(ComputeType c, uint32_t seed) {
   MatmulCache cache;
-  uint32_t seed = 4000;
   for (DType t : weight_dtypes()) {
     const int64_t g = dtype_info(t).block_elems;
-    const int64_t k = is_quantized(t) ? 3 * g : 77;
-    for (int64_t m = 1; m <= 9; ++m) {
-      for (int64_t n : {1, 2, 37}) {
-        run_case(cache, t, GetParam(), {m, n, k, n == 37, 0, m % 3, 1}, seed++);
+    for (int64_t k : is_quantized(t) ? std::vector<int64_t>{3 * g} : std::vector<int64_t>{77, 80}) {
+      for (int64_t m = 1; m <= 17; ++m) {
+        for (int64_t n : {1, 2, 37, 40}) {
+          const size_t w_pad = m == 5 ? static_cast<size_t>(dtype_info(t).block_bytes) : 0;
+          run_case(cache, t, c, {m, n, k, n == 37, w_pad, m % 3, 1}, seed++);
+        }
       }
     }
   }
+}
+
+TEST_P(MatmulTest, SmallMEveryM) {
+  small_m_every_m(GetParam(), 4000);
+}
+
+// The same with AVX2 only: the AVX2 dot kernel on CPUs that have AVX-512,
+// and bf16 compute without bf16 products (x and W rounded in the kernel).
+TEST_P(MatmulTest, SmallMEveryMAvx2Only) {
+  if (!cpu_features().avx2_fma) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+  const CpuFeatures saved = restrict_cpu_features({false, false, true});
+  small_m_every_m(GetParam(), 6000);
+  restrict_cpu_features(saved);
 }
 
 // The shapes of SmolLM2-135M's layers at decode and prefill token counts.
