@@ -44,39 +44,76 @@ XLayout x_layout(int64_t m, int64_t k, int64_t group) {
 
 // ---- Portable path: the same float operations in the same order. ----
 
+// sum u[e] * q[e] over n values (n a multiple of 16), exactly.
+int32_t dot_u8_s8_scalar(const uint8_t* u, const int8_t* q, int64_t n) {
+  int32_t s = 0;
+  for (int64_t e = 0; e < n; ++e) s += static_cast<int32_t>(u[e]) * q[e];
+  return s;
+}
+
+#if defined(__x86_64__)
+// The same with AVX2: both operands widened to 16 bits, so that vpmaddwd's
+// pair sums are exact (vpmaddubsw would saturate at 2 x 255 x 127).
+__attribute__((target("avx2"))) int32_t dot_u8_s8_avx2(const uint8_t* u, const int8_t* q,
+                                                       int64_t n) {
+  __m256i acc = _mm256_setzero_si256();
+  for (int64_t e = 0; e < n; e += 16) {
+    const __m256i a =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + e)));
+    const __m256i b =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + e)));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+  }
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+#endif
+
+using DotU8S8 = int32_t (*)(const uint8_t*, const int8_t*, int64_t);
+
+DotU8S8 dot_u8_s8() {
+#if defined(__x86_64__)
+  if (cpu_features().avx2_fma) return dot_u8_s8_avx2;
+#endif
+  return dot_u8_s8_scalar;
+}
+
 void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const WeightFormat& f,
                           size_t w_row_bytes, const float* bias, int64_t m, int64_t n, int64_t k,
                           const int8_t* qx, const float* dx, const int32_t* sums, int n_threads) {
   const int64_t g_sz = f.group;
   const int64_t ng = k / g_sz;
-#pragma omp parallel for schedule(static) num_threads(n_threads)
-  for (int64_t j = 0; j < n; ++j) {
+  const DotU8S8 dot = dot_u8_s8();
+#pragma omp parallel num_threads(n_threads)
+  {
     std::vector<uint8_t> u(static_cast<size_t>(k));
     std::vector<float> dw(static_cast<size_t>(ng)), mw(static_cast<size_t>(ng));
-    const auto* row = static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes;
-    const int64_t gpb = f.groups_per_block();
-    for (int64_t b = 0; b < k / f.block_elems; ++b) {
-      unpack_block(f, row + b * f.block_bytes, u.data() + b * f.block_elems, dw.data() + b * gpb,
-                   mw.data() + b * gpb);
-    }
-    for (int64_t i = 0; i < m; ++i) {
-      float acc = 0.0f;
-      for (int64_t g = 0; g < ng; ++g) {
-        int32_t s = 0;
-        const int8_t* q = qx + i * k + g * g_sz;
-        const uint8_t* ug = u.data() + g * g_sz;
-        for (int64_t e = 0; e < g_sz; ++e) s += static_cast<int32_t>(ug[e]) * q[e];
-        const int32_t t = sums[i * ng + g];
-        float fv;
-        if (f.has_min) {
-          fv = static_cast<float>(s) * dw[static_cast<size_t>(g)];
-          fv = std::fmaf(mw[static_cast<size_t>(g)], static_cast<float>(t), fv);
-        } else {
-          fv = static_cast<float>(s - f.bias * t) * dw[static_cast<size_t>(g)];
-        }
-        acc = std::fmaf(fv, dx[i * ng + g], acc);
+#pragma omp for schedule(static)
+    for (int64_t j = 0; j < n; ++j) {
+      const auto* row = static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes;
+      const int64_t gpb = f.groups_per_block();
+      for (int64_t b = 0; b < k / f.block_elems; ++b) {
+        unpack_block(f, row + b * f.block_bytes, u.data() + b * f.block_elems, dw.data() + b * gpb,
+                     mw.data() + b * gpb);
       }
-      y[i * y_stride + j] = bias != nullptr ? acc + bias[j] : acc;
+      for (int64_t i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int64_t g = 0; g < ng; ++g) {
+          const int32_t s = dot(u.data() + g * g_sz, qx + i * k + g * g_sz, g_sz);
+          const int32_t t = sums[i * ng + g];
+          float fv;
+          if (f.has_min) {
+            fv = static_cast<float>(s) * dw[static_cast<size_t>(g)];
+            fv = std::fmaf(mw[static_cast<size_t>(g)], static_cast<float>(t), fv);
+          } else {
+            fv = static_cast<float>(s - f.bias * t) * dw[static_cast<size_t>(g)];
+          }
+          acc = std::fmaf(fv, dx[i * ng + g], acc);
+        }
+        y[i * y_stride + j] = bias != nullptr ? acc + bias[j] : acc;
+      }
     }
   }
 }
