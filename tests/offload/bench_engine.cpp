@@ -9,6 +9,8 @@
 //
 //   strata_bench_engine --model M [--batch 1,8,32] [--prompt-len 128] [--gen-len 32]
 //                       [--compute bf16|f32|int8] [--kv f16|bf16|f32] [--threads N] [--reps N]
+//                       [--isa native|avx2|portable]  (the CPU kernels' hand-written paths
+//                       narrowed to a subset of this CPU's, for A/B runs in one binary)
 #include <omp.h>
 
 #include <algorithm>
@@ -103,7 +105,7 @@ std::vector<int64_t> parse_list(const std::string& s) {
 }
 
 int run(int argc, char** argv) {
-  std::string model_path, compute_name = "bf16", kv_name, batches = "1,8,32";
+  std::string model_path, compute_name = "bf16", kv_name, batches = "1,8,32", isa = "native";
   int64_t prompt_len = 128, gen_len = 32;
   int threads = 0, reps = 3;
   for (int i = 1; i < argc; ++i) {
@@ -128,11 +130,13 @@ int run(int argc, char** argv) {
       threads = std::stoi(next());
     else if (a == "--reps")
       reps = std::stoi(next());
+    else if (a == "--isa")
+      isa = next();
     else if (a == "--help" || a == "-h") {
       std::printf(
           "strata_bench_engine --model M [--batch 1,8,32] [--prompt-len 128] "
           "[--gen-len 32] [--compute bf16|f32|int8] [--kv f16|bf16|f32] [--threads N] "
-          "[--reps N]\n");
+          "[--reps N] [--isa native|avx2|portable]\n");
       return 0;
     } else {
       fail("unknown option {}; see --help", a);
@@ -142,6 +146,13 @@ int run(int argc, char** argv) {
   if (prompt_len < 1 || gen_len < 2 || reps < 1)
     fail("need --prompt-len >= 1, --gen-len >= 2, --reps >= 1");
   if (threads > 0) omp_set_num_threads(threads);
+  if (isa == "avx2") {
+    cpu::restrict_cpu_features({false, false, true});
+  } else if (isa == "portable") {
+    cpu::restrict_cpu_features({false, false, false});
+  } else if (isa != "native") {
+    fail("--isa {} is not native, avx2 or portable", isa);
+  }
   const auto compute =
       compute_name == "int8" ? std::optional<DType>(DType::kI8) : dtype_from_name(compute_name);
   if (!compute) fail("--compute {} is not a dtype; use f32, bf16 or int8", compute_name);

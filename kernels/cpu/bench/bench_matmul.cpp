@@ -10,8 +10,9 @@
 // OMP_WAIT_POLICY=passive).
 //
 //   strata_bench_matmul [--quick] [--threads N] [--reps N] [--decode-only]
-//                       [--decode-m 1,8,32] [--compute f32|bf16|int8]
-//                       [--dtypes f32,q4_1,q5_0,q4_k,...]  (shapes whose k is not a
+//                       [--decode-m 1,8,32] [--decode-dtype q4a32|f16|bf16|...]
+//                       [--compute f32|bf16|int8]
+//                       [--dtypes f32,q4a32,q5_0,q4_k,...]  (shapes whose k is not a
 //                       whole number of blocks are skipped)
 #include <omp.h>
 #include <dnnl.hpp>
@@ -95,7 +96,16 @@ double onednn_ceiling(dnnl::memory::data_type t, int64_t s) {
   const memory::desc b({s, s}, t, memory::format_tag::any);
   const memory::desc c({s, s}, int8 ? memory::data_type::s32 : memory::data_type::f32,
                        memory::format_tag::ab);
-  matmul::primitive_desc pd(matmul::desc(a, b, c), eng);
+  matmul::primitive_desc pd;
+  try {
+    pd = matmul::primitive_desc(matmul::desc(a, b, c), eng);
+  } catch (const dnnl::error&) {
+    // oneDNN multiplies bf16 only with AVX-512; ComputeType::kBF16 then runs
+    // through the f32 products, whose ceiling is the one to compare with.
+    std::printf("ceiling: oneDNN has no %s matmul on this CPU; the f32 ceiling stands for it\n",
+                t == memory::data_type::bf16 ? "bf16" : "u8s8");
+    return onednn_ceiling(memory::data_type::f32, s);
+  }
   memory ma(a, eng), mb(pd.weights_desc(), eng), mc(c, eng);
   std::memset(ma.get_data_handle(), 0, a.get_size());
   std::memset(mb.get_data_handle(), 0, pd.weights_desc().get_size());
@@ -169,6 +179,7 @@ const char* name(ComputeType c) {
 int main(int argc, char** argv) {
   bool quick = false, decode_only = false;
   std::vector<int64_t> decode_ms = {32};
+  DType decode_dtype = strata::kQ4_1;  // the layers' weights; the head stays Q8_0 when quantized
   std::vector<ComputeType> computes = {ComputeType::kF32, ComputeType::kBF16, ComputeType::kInt8};
   std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16, strata::kQ4_1,
                                strata::kQ8_0};
@@ -185,6 +196,13 @@ int main(int argc, char** argv) {
         decode_ms.push_back(std::strtoll(p, &end, 10));
         p = *end == ',' ? end + 1 : end;
       }
+    } else if (a == "--decode-dtype" && i + 1 < argc) {
+      const auto t = strata::dtype_from_name(argv[++i]);
+      if (!t) {
+        std::fprintf(stderr, "unknown dtype '%s'\n", argv[i]);
+        return 2;
+      }
+      decode_dtype = *t;
     } else if (a == "--compute" && i + 1 < argc) {
       const std::string c = argv[++i];
       computes = {c == "bf16"   ? ComputeType::kBF16
@@ -210,7 +228,8 @@ int main(int argc, char** argv) {
     } else {
       std::printf(
           "usage: %s [--quick] [--threads N] [--reps N] [--decode-only] [--decode-m 1,8,32] "
-          "[--compute f32|bf16|int8] [--dtypes f32,q4_1,q4_k,...]\n",
+          "[--decode-dtype q4a32|f16|...] [--compute f32|bf16|int8] [--dtypes "
+          "f32,q4a32,q4_k,...]\n",
           argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -267,8 +286,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  // A decode step of SmolLM2-135M (Q4_1 layers, Q8_0 tied lm_head) at each
-  // batch of --decode-m: every layer's weights are distinct memory (96 MB,
+  // A decode step of SmolLM2-135M (Q4_1 layers, Q8_0 tied lm_head, or every
+  // matrix in --decode-dtype when it is not quantized) at each batch of
+  // --decode-m: every layer's weights are distinct memory (96 MB in Q4_1,
   // beyond the caches), as in a real step.
   const int n_layer = 30;
   const std::vector<Shape> layer = {{576, 576},  {192, 576},  {192, 576}, {576, 576},
@@ -276,17 +296,19 @@ int main(int argc, char** argv) {
   std::vector<Weights> ws;
   size_t step_bytes = 0;
   for (int l = 0; l < n_layer; ++l) {
-    for (const Shape& s : layer) ws.push_back(make_weights(strata::kQ4_1, s.n, s.k, rng));
+    for (const Shape& s : layer) ws.push_back(make_weights(decode_dtype, s.n, s.k, rng));
   }
-  ws.push_back(make_weights(strata::kQ8_0, 49152, 576, rng));
+  const DType head = strata::is_quantized(decode_dtype) ? strata::kQ8_0 : decode_dtype;
+  ws.push_back(make_weights(head, 49152, 576, rng));
   for (const auto& w : ws) step_bytes += w.data.size();
   for (const int64_t m : decode_ms) {
     double step_flop = 0;
     for (const auto& w : ws) step_flop += 2.0 * m * w.n * w.k;
     std::printf(
-        "\ndecode step, SmolLM2-135M Q4_1 (30 layers x q,k,v,o,gate,up,down + Q8_0 "
+        "\ndecode step, SmolLM2-135M %s (30 layers x q,k,v,o,gate,up,down + %s "
         "lm_head), m = %lld\n",
-        static_cast<long long>(m));
+        std::string(strata::dtype_name(decode_dtype)).c_str(),
+        std::string(strata::dtype_name(head)).c_str(), static_cast<long long>(m));
     std::vector<float> x(static_cast<size_t>(m * 1536), 0.5f);
     std::vector<float> y(static_cast<size_t>(m * 49152));
     for (ComputeType c : computes) {
