@@ -17,9 +17,11 @@ namespace strata::cpu {
 namespace {
 
 constexpr int64_t kLanes = 8;
-constexpr int64_t kChunk = 2048;  // elements of a row widened at a time: a multiple of every
-                                  // block size (256 at most), 4 rows x 2 KiB in L1
-constexpr int64_t kMr = 3;        // rows of x per micro-tile (12 accumulators)
+// Elements of a row per pass of the tiles (multiples of every block size,
+// 256 at most): the strip's part and the rows of x it meets stay in L1.
+constexpr int64_t kChunk = 512;         // widened into the stage (4 rows x 2 KiB)
+constexpr int64_t kChunkInPlace = 256;  // read in place
+constexpr int64_t kMr = 3;              // rows of x per micro-tile (12 accumulators)
 constexpr int64_t kR = kF32DotRows;
 
 int64_t round_up(int64_t v, int64_t q) {
@@ -244,8 +246,9 @@ STRATA_AVX2 void strips(float* y, int64_t y_stride, const float* xw, int64_t ldx
     // A short last strip would read past W in place: it takes the stage.
     const bool in_place = direct != nullptr && rows == kR;
     std::fill_n(part, m * kR * kLanes, 0.0f);
-    for (int64_t e0 = 0; e0 < k; e0 += kChunk) {
-      const int64_t len = std::min(kChunk, k - e0);
+    const int64_t chunk = in_place ? kChunkInPlace : kChunk;
+    for (int64_t e0 = 0; e0 < k; e0 += chunk) {
+      const int64_t len = std::min(chunk, k - e0);
       const int64_t padded = round_up(len, kLanes);
       const size_t off = static_cast<size_t>(e0 / info.block_elems) * info.block_bytes;
       const uint8_t* wr = w + static_cast<size_t>(j0) * w_row_bytes + off;
