@@ -44,40 +44,45 @@ XLayout x_layout(int64_t m, int64_t k, int64_t group) {
 
 // ---- Portable path: the same float operations in the same order. ----
 
-// sum u[e] * q[e] over n values (n a multiple of 16), exactly.
-int32_t dot_u8_s8_scalar(const uint8_t* u, const int8_t* q, int64_t n) {
-  int32_t s = 0;
-  for (int64_t e = 0; e < n; ++e) s += static_cast<int32_t>(u[e]) * q[e];
-  return s;
+// s[g] = sum u[e] * q[e] over group g of `group` values (a multiple of 16),
+// for the k / group groups of a row, exactly.
+void group_dots_scalar(const uint8_t* u, const int8_t* q, int64_t k, int64_t group, int32_t* s) {
+  for (int64_t g = 0; g < k / group; ++g) {
+    int32_t acc = 0;
+    for (int64_t e = g * group; e < (g + 1) * group; ++e) acc += static_cast<int32_t>(u[e]) * q[e];
+    s[g] = acc;
+  }
 }
 
 #if defined(__x86_64__)
 // The same with AVX2: both operands widened to 16 bits, so that vpmaddwd's
 // pair sums are exact (vpmaddubsw would saturate at 2 x 255 x 127).
-__attribute__((target("avx2"))) int32_t dot_u8_s8_avx2(const uint8_t* u, const int8_t* q,
-                                                       int64_t n) {
-  __m256i acc = _mm256_setzero_si256();
-  for (int64_t e = 0; e < n; e += 16) {
-    const __m256i a =
-        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + e)));
-    const __m256i b =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + e)));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+__attribute__((target("avx2"))) void group_dots_avx2(const uint8_t* u, const int8_t* q, int64_t k,
+                                                     int64_t group, int32_t* s) {
+  for (int64_t g = 0; g < k / group; ++g) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int64_t e = g * group; e < (g + 1) * group; e += 16) {
+      const __m256i a =
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + e)));
+      const __m256i b =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + e)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+    }
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    s[g] = _mm_cvtsi128_si32(h);
   }
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
 }
 #endif
 
-using DotU8S8 = int32_t (*)(const uint8_t*, const int8_t*, int64_t);
+using GroupDots = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, int32_t*);
 
-DotU8S8 dot_u8_s8() {
+GroupDots group_dots() {
 #if defined(__x86_64__)
-  if (cpu_features().avx2_fma) return dot_u8_s8_avx2;
+  if (cpu_features().avx2_fma) return group_dots_avx2;
 #endif
-  return dot_u8_s8_scalar;
+  return group_dots_scalar;
 }
 
 void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const WeightFormat& f,
@@ -85,11 +90,12 @@ void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const Weigh
                           const int8_t* qx, const float* dx, const int32_t* sums, int n_threads) {
   const int64_t g_sz = f.group;
   const int64_t ng = k / g_sz;
-  const DotU8S8 dot = dot_u8_s8();
+  const GroupDots dots = group_dots();
 #pragma omp parallel num_threads(n_threads)
   {
     std::vector<uint8_t> u(static_cast<size_t>(k));
     std::vector<float> dw(static_cast<size_t>(ng)), mw(static_cast<size_t>(ng));
+    std::vector<int32_t> sg(static_cast<size_t>(ng));
 #pragma omp for schedule(static)
     for (int64_t j = 0; j < n; ++j) {
       const auto* row = static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes;
@@ -99,9 +105,10 @@ void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const Weigh
                      mw.data() + b * gpb);
       }
       for (int64_t i = 0; i < m; ++i) {
+        dots(u.data(), qx + i * k, k, g_sz, sg.data());
         float acc = 0.0f;
         for (int64_t g = 0; g < ng; ++g) {
-          const int32_t s = dot(u.data() + g * g_sz, qx + i * k + g * g_sz, g_sz);
+          const int32_t s = sg[static_cast<size_t>(g)];
           const int32_t t = sums[i * ng + g];
           float fv;
           if (f.has_min) {

@@ -264,6 +264,27 @@ TEST(MatmulInt8, PortableLoopsGiveTheSameBits) {
   }
 }
 
+// Without VNNI the group sums are AVX2 integer dots where the CPU has AVX2,
+// scalar loops otherwise: the same integers, so the same bits.
+TEST(MatmulInt8, PortableLoopsWithAndWithoutAvx2GiveTheSameBits) {
+  if (!cpu_features().avx2_fma) GTEST_SKIP() << "this CPU has no AVX2";
+  MatmulCache cache;
+  const std::vector<Case> cases = {{5, 37, 3, true, 0, 0, 0}, {9, 20, 2, false, 2, 1, 1}};
+  uint32_t seed = 950;
+  for (DType t : quantized_dtypes()) {
+    for (const Case& cs : cases) {
+      const CpuFeatures saved = restrict_cpu_features({false, false, true});
+      const auto avx2 = check_int8(cache, t, cs, seed);
+      restrict_cpu_features({false, false, false});
+      const auto scalar = check_int8(cache, t, cs, seed);
+      restrict_cpu_features(saved);
+      ASSERT_EQ(avx2.size(), scalar.size());
+      EXPECT_EQ(std::memcmp(avx2.data(), scalar.data(), avx2.size() * 4), 0) << dtype_name(t);
+      seed += 11;
+    }
+  }
+}
+
 TEST(MatmulInt8, NonFiniteInputsAndFloatWeights) {
   MatmulCache cache;
   const DType t = kQ4_1;
