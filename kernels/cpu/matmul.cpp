@@ -39,7 +39,14 @@ constexpr size_t kPanelBytes = size_t{256}
                                << 10;  // converted W rows per thread (L2: 1 MB on Zen 4)
 constexpr int64_t kMaxTile = 64;       // tokens per GEMM on the swapped path
 constexpr int64_t kMinThreadWork = int64_t{1} << 17;  // multiply-adds worth waking a thread for
-constexpr int64_t kStageFloats = 512;                 // f32 staging of a W row chunk (L1)
+
+// Threads for an [m, k] x [k, n] product: one per kMinThreadWork
+// multiply-adds, within the OpenMP budget.
+int matmul_threads(int64_t m, int64_t n, int64_t k) {
+  const int64_t budget = omp_get_max_threads();
+  return static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
+}
+constexpr int64_t kStageFloats = 512;  // f32 staging of a W row chunk (L1)
 
 int64_t round_up(int64_t v, int64_t q) {
   return (v + q - 1) / q * q;
@@ -123,9 +130,7 @@ Plan make_plan(int64_t m, int64_t n, int64_t k, DType w_dtype, size_t w_row_byte
   p.direct = ((compute == ComputeType::kF32 && w_dtype == DType::kF32) ||
               (compute == ComputeType::kBF16 && w_dtype == DType::kBF16)) &&
              w_row_bytes == static_cast<size_t>(k * esz) && !round_w;
-  const int64_t budget = omp_get_max_threads();
-  p.n_threads =
-      static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
+  p.n_threads = matmul_threads(m, n, k);
   const int64_t t = p.n_threads;
 
   const int64_t cap =
@@ -525,9 +530,7 @@ Status run_matmul_int8(MatmulCache::Impl& c, float* y, int64_t y_stride, const f
                        int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
                        const float* bias, int64_t m, int64_t n, int64_t k) {
   const int64_t group = matmul_int8_group(w_dtype);
-  const int64_t budget = omp_get_max_threads();
-  const int n_threads =
-      static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
+  const int n_threads = matmul_threads(m, n, k);
   if (!c.int8_x.ensure(matmul_int8_x_bytes(m, k, group))) return Status::kOutOfMemory;
   if (static_cast<int>(c.threads.size()) < n_threads)
     c.threads.resize(static_cast<size_t>(n_threads));
@@ -546,9 +549,7 @@ Status run_matmul_int8(MatmulCache::Impl& c, float* y, int64_t y_stride, const f
 Status run_matmul_bf16_dot(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
                            int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
                            const float* bias, int64_t m, int64_t n, int64_t k) {
-  const int64_t budget = omp_get_max_threads();
-  const int n_threads =
-      static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
+  const int n_threads = matmul_threads(m, n, k);
   if (!c.dot_x.ensure(matmul_bf16_dot_ws_bytes(m, k))) return Status::kOutOfMemory;
   return matmul_bf16_dot(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k,
                          c.dot_x.data(), n_threads);
@@ -559,9 +560,7 @@ Status run_matmul_bf16_dot(MatmulCache::Impl& c, float* y, int64_t y_stride, con
 Status run_matmul_f32_dot(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
                           int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
                           const float* bias, int64_t m, int64_t n, int64_t k, bool round_bf16) {
-  const int64_t budget = omp_get_max_threads();
-  const int n_threads =
-      static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
+  const int n_threads = matmul_threads(m, n, k);
   if (!c.dot_x.ensure(matmul_f32_dot_ws_bytes(m, k))) return Status::kOutOfMemory;
   return matmul_f32_dot(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k,
                         round_bf16, c.dot_x.data(), n_threads);
