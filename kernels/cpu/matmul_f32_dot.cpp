@@ -23,6 +23,7 @@ constexpr int64_t kChunk = 512;         // widened into the stage (4 rows x 2 Ki
 constexpr int64_t kChunkInPlace = 256;  // read in place
 constexpr int64_t kMr = 3;              // rows of x per micro-tile (12 accumulators)
 constexpr int64_t kR = kF32DotRows;
+constexpr int64_t kPrefetchStrips = 1;  // weight strips read ahead
 
 int64_t round_up(int64_t v, int64_t q) {
   return (v + q - 1) / q * q;
@@ -245,6 +246,13 @@ STRATA_AVX2 void strips(float* y, int64_t y_stride, const float* xw, int64_t ldx
     const int64_t rows = std::min(kR, n - j0);
     // A short last strip would read past W in place: it takes the stage.
     const bool in_place = direct != nullptr && rows == kR;
+    // The strip kPrefetchStrips ahead, into L2 while this one is multiplied:
+    // the hardware prefetcher alone keeps too few lines in flight per core.
+    if (s + kPrefetchStrips < s1) {
+      const char* ahead = reinterpret_cast<const char*>(
+          w + static_cast<size_t>(j0 + kPrefetchStrips * kR) * w_row_bytes);
+      for (size_t o = 0; o < kR * w_row_bytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T1);
+    }
     std::fill_n(part, m * kR * kLanes, 0.0f);
     const int64_t chunk = in_place ? kChunkInPlace : kChunk;
     for (int64_t e0 = 0; e0 < k; e0 += chunk) {
