@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/matmul_int8.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/page_select.h"
 #include "kernels/cpu/parallel.h"
@@ -33,11 +35,31 @@ void check(Status s, const char* op, fmt::format_string<Args...> sizes, Args&&..
        fmt::format(sizes, std::forward<Args>(args)...));
 }
 
+// Once per process, for a compute dtype this CPU only emulates.
+void warn_if_emulated(cpu::ComputeType c) {
+  static std::atomic<bool> bf16_said{false}, int8_said{false};
+  if (c == cpu::ComputeType::kBF16 && !cpu::native_bf16_products() && !bf16_said.exchange(true)) {
+    spdlog::warn(
+        "cpu: no bf16 products on this CPU (no AVX-512): bf16 compute rounds to bf16 and "
+        "multiplies in f32, slower than --compute-dtype f32");
+  }
+  if (c == cpu::ComputeType::kInt8 && !cpu::matmul_int8_native() && !int8_said.exchange(true)) {
+    spdlog::warn(
+        "cpu: no AVX512-VNNI on this CPU: int8 compute runs portable integer loops, many "
+        "times slower than --compute-dtype f32");
+  }
+}
+
 cpu::ComputeType cpu_compute(DType t) {
-  if (t == DType::kF32) return cpu::ComputeType::kF32;
-  if (t == DType::kBF16) return cpu::ComputeType::kBF16;
-  if (t == DType::kI8) return cpu::ComputeType::kInt8;  // kernels/cpu/matmul_int8.h
-  fail("cpu backend: compute dtype {} is not supported; use f32, bf16 or int8", dtype_name(t));
+  std::optional<cpu::ComputeType> c;
+  if (t == DType::kF32) c = cpu::ComputeType::kF32;
+  if (t == DType::kBF16) c = cpu::ComputeType::kBF16;
+  if (t == DType::kI8) c = cpu::ComputeType::kInt8;  // kernels/cpu/matmul_int8.h
+  if (!c) {
+    fail("cpu backend: compute dtype {} is not supported; use f32, bf16 or int8", dtype_name(t));
+  }
+  warn_if_emulated(*c);
+  return *c;
 }
 
 constexpr const char* kOpNames[] = {"matmul",    "norm",      "rope",        "elementwise",

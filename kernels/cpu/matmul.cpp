@@ -343,14 +343,6 @@ void round_to_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 
-// oneDNN multiplies bf16 operands only on CPUs with AVX-512; elsewhere kBF16
-// rounds x and W to bf16 and multiplies in f32: a product of two bf16
-// values is exact in f32 and the sums are f32 either way, so the result is
-// that of the native path up to the order of the sums.
-bool native_bf16_products() {
-  return cpu_features().avx512;
-}
-
 Status run_matmul(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
                   int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
                   const float* bias, int64_t m, int64_t n, int64_t k, ComputeType compute,
@@ -567,6 +559,14 @@ Status run_matmul_f32_dot(MatmulCache::Impl& c, float* y, int64_t y_stride, cons
 }
 
 }  // namespace
+
+// oneDNN multiplies bf16 operands only on CPUs with AVX-512; elsewhere kBF16
+// rounds x and W to bf16 and multiplies in f32: a product of two bf16
+// values is exact in f32 and the sums are f32 either way, so the result is
+// that of the native path up to the order of the sums.
+bool native_bf16_products() {
+  return cpu_features().avx512;
+}
 
 MatmulCache::MatmulCache() : impl_(std::make_unique<Impl>()) {}
 MatmulCache::~MatmulCache() = default;

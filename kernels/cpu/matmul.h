@@ -44,6 +44,11 @@ inline constexpr int64_t swap_min_m(ComputeType c) {
   return c == ComputeType::kF32 ? 12 : 8;
 }
 
+// Whether this CPU multiplies bf16 operands natively (AVX-512, through
+// oneDNN or vdpbf16ps); elsewhere ComputeType::kBF16 rounds x and W to bf16
+// and multiplies in f32, the same arithmetic up to the order of the sums.
+bool native_bf16_products();
+
 class MatmulCache {
  public:
   MatmulCache();
