@@ -39,6 +39,7 @@ constexpr size_t kPanelBytes = size_t{256}
                                << 10;  // converted W rows per thread (L2: 1 MB on Zen 4)
 constexpr int64_t kMaxTile = 64;       // tokens per GEMM on the swapped path
 constexpr int64_t kMinThreadWork = int64_t{1} << 17;  // multiply-adds worth waking a thread for
+constexpr int64_t kStageFloats = 512;                 // f32 staging of a W row chunk (L1)
 
 // Threads for an [m, k] x [k, n] product: one per kMinThreadWork
 // multiply-adds, within the OpenMP budget.
@@ -46,7 +47,6 @@ int matmul_threads(int64_t m, int64_t n, int64_t k) {
   const int64_t budget = omp_get_max_threads();
   return static_cast<int>(std::clamp<int64_t>(m * n * k / kMinThreadWork, int64_t{1}, budget));
 }
-constexpr int64_t kStageFloats = 512;  // f32 staging of a W row chunk (L1)
 
 int64_t round_up(int64_t v, int64_t q) {
   return (v + q - 1) / q * q;

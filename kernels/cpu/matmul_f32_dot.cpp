@@ -29,28 +29,19 @@ int64_t round_up(int64_t v, int64_t q) {
   return (v + q - 1) / q * q;
 }
 
-#if defined(__x86_64__)
-#define STRATA_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-// Round to bf16 in place (nearest even, quiet NaNs), the bits of core's
-// f32_to_bf16 widened back to f32; n a multiple of 8.
-STRATA_AVX2 void round_bf16(float* v, int64_t n) {
-  const __m256i one = _mm256_set1_epi32(1);
-  const __m256i bias = _mm256_set1_epi32(0x7fff);
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  const __m256i quiet = _mm256_set1_epi32(0x00400000);
-  for (int64_t e = 0; e < n; e += kLanes) {
-    const __m256 f = _mm256_loadu_ps(v + e);
-    const __m256i u = _mm256_castps_si256(f);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
-    const __m256i rounded =
-        _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), high);
-    const __m256i nan = _mm256_and_si256(_mm256_or_si256(u, quiet), high);
-    const __m256 is_nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
-    _mm256_storeu_ps(
-        v + e, _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(nan), is_nan));
+// Round to bf16 in place (nearest even, as core's f32_to_bf16), through
+// quant's row converters.
+void round_bf16(float* v, int64_t n) {
+  uint16_t h[kChunk];
+  for (int64_t e = 0; e < n; e += kChunk) {
+    const int64_t len = std::min(kChunk, n - e);
+    f32_to_bf16_row(v + e, h, len);
+    bf16_to_f32_row(h, v + e, len);
   }
 }
+
+#if defined(__x86_64__)
+#define STRATA_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 // How the micro-kernel reads W: f32 (the stage, or f32 rows in place), or
 // f16 / bf16 rows in place, widened in registers (exactly: every f16 and
