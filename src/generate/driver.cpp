@@ -76,12 +76,12 @@ DType choose_compute_dtype(std::string_view requested, bool native_bf16) {
   return DType::kF32;
 }
 
-std::string model_identity(const Model& model) {
+std::string model_identity(const Model& model, bool with_mtime) {
   // File names, not paths: the same model reached by another path is the same.
   std::string id;
   for (const SourceFile& f : model.desc().files) {
-    id += fmt::format("{}:{}:{}|", std::filesystem::path(f.path).filename().string(), f.size,
-                      f.mtime_ns);
+    id += fmt::format("{}:{}", std::filesystem::path(f.path).filename().string(), f.size);
+    id += with_mtime ? fmt::format(":{}|", f.mtime_ns) : "|";
   }
   return id;
 }
@@ -268,7 +268,7 @@ OrderedJson make_record(const Job& job, const std::string& completion,
 }
 
 RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const Job> jobs,
-                    const GenerateOptions& options, OutputFile* out) {
+                    const GenerateOptions& options, RecordSink* out) {
   RunSummary summary;
   auto done_before = [&](size_t i) { return out && out->is_done(jobs[i].index); };
 

@@ -68,8 +68,9 @@ std::unique_ptr<Tokenizer> tokenizer_for(const Model& model);
 DType choose_compute_dtype(std::string_view requested, bool native_bf16);
 
 // The model's identity for the resume check: the name, size and
-// modification time of each of its files (not the path it was reached by).
-std::string model_identity(const Model& model);
+// modification time of each of its files (not the path it was reached by);
+// without the times when `with_mtime` is false.
+std::string model_identity(const Model& model, bool with_mtime = true);
 
 struct GenerateOptions {
   SamplingParams sampling;
@@ -137,7 +138,7 @@ struct RunSummary {
 // Step 3. Runs every job that `out` has not recorded yet (out may be null:
 // bench, nothing is written), then finishes `out`.
 RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const Job> jobs,
-                    const GenerateOptions& options, OutputFile* out);
+                    const GenerateOptions& options, RecordSink* out);
 
 // `n_prompts` synthetic jobs for bench: `prompt_len` token ids each, drawn
 // deterministically (fixed seed) from the vocabulary without special tokens,

@@ -27,11 +27,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "generate/record_sink.h"
 #include "io/atomic_file.h"
 
 namespace strata {
-
-using OrderedJson = nlohmann::ordered_json;
 
 // What a .partial must match to be resumed.
 struct OutputIdentity {
@@ -41,32 +40,32 @@ struct OutputIdentity {
   size_t n_prompts = 0;
 };
 
-class OutputFile {
+class OutputFile final : public RecordSink {
  public:
   // Checks that `output_path` can be written and opens OUTPUT.partial,
   // resuming it when it matches `identity`. Throws Error (naming the path and
   // what to do) when the directory is missing or not writable, the path is a
   // directory, the .partial belongs to another job, is damaged, or is in use.
   OutputFile(std::string output_path, OutputIdentity identity);
-  ~OutputFile();
+  ~OutputFile() override;
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
 
   const std::string& path() const { return path_; }
   std::string partial_path() const { return path_ + ".partial"; }
 
-  bool is_done(size_t index) const { return !records_[index].empty(); }
+  bool is_done(size_t index) const override { return !records_[index].empty(); }
   size_t n_done() const { return n_done_; }
   size_t n_resumed() const { return n_resumed_; }
   // The stored record of a finished prompt (its JSON text).
   const std::string& record(size_t index) const { return records_[index]; }
 
   // Appends the record of prompt `index` to the .partial, one write().
-  void append(size_t index, const OrderedJson& record);
+  void append(size_t index, const OrderedJson& record) override;
 
   // Writes OUTPUT in input order (tmp + fsync + rename) and removes the
   // .partial. Every prompt must be done.
-  void finish();
+  void finish() override;
 
  private:
   void open_partial();

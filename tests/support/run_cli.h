@@ -24,15 +24,13 @@ struct CliResult {
   std::string err;
 };
 
-// Starts strata with `args`, its stdout and stderr going to files in
-// `scratch_dir`, `extra_env` ("NAME=value") added to this process's
-// environment. Returns its pid, or -1 when it cannot start.
-inline pid_t start_strata(const std::vector<std::string>& args, const std::string& scratch_dir,
-                          const std::vector<std::string>& extra_env = {},
-                          void (*in_child)() = nullptr) {
+// Starts the program argv[0] with its arguments, its stdout and stderr going
+// to files in `scratch_dir`, `extra_env` ("NAME=value") added to this
+// process's environment. Returns its pid, or -1 when it cannot start.
+inline pid_t start_program(std::vector<std::string> argv_s, const std::string& scratch_dir,
+                           const std::vector<std::string>& extra_env = {},
+                           void (*in_child)() = nullptr) {
   const std::string out_path = scratch_dir + "/cli.stdout", err_path = scratch_dir + "/cli.stderr";
-  std::vector<std::string> argv_s = {STRATA_BIN};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -61,11 +59,21 @@ inline pid_t start_strata(const std::vector<std::string>& args, const std::strin
   return pid;
 }
 
-// Waits for a process of start_strata and collects what it printed.
+// The same for strata (STRATA_BIN) with `args`.
+inline pid_t start_strata(const std::vector<std::string>& args, const std::string& scratch_dir,
+                          const std::vector<std::string>& extra_env = {},
+                          void (*in_child)() = nullptr) {
+  std::vector<std::string> argv_s = {STRATA_BIN};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  return start_program(std::move(argv_s), scratch_dir, extra_env, in_child);
+}
+
+// Waits for a process of start_program or start_strata and collects what it
+// printed.
 inline CliResult finish_strata(pid_t pid, const std::string& scratch_dir) {
   CliResult r;
   if (pid < 0) {
-    r.err = std::string("cannot start ") + STRATA_BIN;
+    r.err = "cannot start the program (scratch files in " + scratch_dir + ")";
     return r;
   }
   int status = 0;
