@@ -12,12 +12,16 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/command.h"
 #include "cli/compression_flags.h"
 #include "cli/offload_flags.h"
 #include "cli/speculation_flags.h"
+#include "cluster/job_report.h"
+#include "cluster/mpi_world.h"
+#include "cluster/rank_job.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -25,6 +29,8 @@
 #include "generate/output_file.h"
 #include "generate/prompt_file.h"
 #include "generate/report.h"
+#include "io/atomic_file.h"
+#include "kernels/cuda/cuda_device.h"
 #include "model/model.h"
 #include "offload/device.h"
 #include "offload/offload_engine.h"
@@ -44,9 +50,20 @@ struct Options {
   bool no_prefix_sharing = false;
 };
 
-int run(const Options& o) {
+// The hash every rank of an MPI job must agree on: the prompt file, the
+// settings and the model's file names and sizes (not their times: a copy on
+// each node's own disk is the same model).
+uint64_t rank_job_hash(const PromptFile& prompts, const GenerateOptions& gen, const Model& model,
+                       const std::string& numerics, size_t n_jobs) {
+  const std::string what =
+      fmt::format("{:016x}|{:016x}|{}", prompts.content_hash,
+                  settings_hash(gen, model_identity(model, false), numerics), n_jobs);
+  return fnv1a64(what);
+}
+
+int run(const Options& o, MpiWorld& world) {
   GenerateOptions gen = o.gen;
-  gen.progress = stderr_is_tty();
+  gen.progress = stderr_is_tty() && world.size() == 1;
   if (o.batch_size && (*o.batch_size < 1 || *o.batch_size > kMaxBatchSize)) {
     fail("--batch-size {} is not allowed; use 1 to {}", *o.batch_size, kMaxBatchSize);
   }
@@ -56,7 +73,7 @@ int run(const Options& o) {
         "give one",
         *o.batch_size, *o.offload.gpu_batch_size);
   }
-  if (!o.report.empty()) check_writable_file(o.report, "--report");
+  if (!o.report.empty() && world.rank() == 0) check_writable_file(o.report, "--report");
   std::error_code ec;
   if (std::filesystem::equivalent(o.prompts, o.output, ec)) {
     fail("--output {} is the prompt file itself; choose another output path", o.output);
@@ -83,18 +100,48 @@ int run(const Options& o) {
   eo.compute_dtype = o.offload.compute_dtype(o.compute_dtype);
   eo.kv_dtype = default_kv_dtype(eo.compute_dtype);
   if (o.batch_size) eo.gpu_batch_size = *o.batch_size;
-  eo.threads = o.threads;
+  // Ranks on one host share its cores.
+  eo.threads =
+      o.threads > 0 || world.size() == 1
+          ? o.threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world.local_size());
   OffloadFlags offload = o.offload;
   if (o.batch_size && !offload.gpu_batch_size) offload.gpu_batch_size = *o.batch_size;
+  // `--device cuda` under MPI: each rank of a host its own GPU.
+  if (world.size() > 1 && offload.device == "cuda" && cuda_device_count() > 0) {
+    offload.device = fmt::format("cuda:{}", world.local_rank() % cuda_device_count());
+  }
   eo.offload_dir = offload.offload_dir;
   o.compression.apply(eo);
   o.speculation.apply(eo, gen);
   eo.prefix_sharing = !o.no_prefix_sharing;
-  // The placement plans for the longest prompt and generation of the file.
+  // Compression changes the completions: a resumed run must use the same.
+  const std::string dtype(dtype_name(eo.compute_dtype));
+  std::string numerics = dtype;
+  if (is_quantized(eo.kv_dtype)) numerics += fmt::format(" kv {}", dtype_name(eo.kv_dtype));
+  if (eo.weight_dtype) numerics += fmt::format(" weights {}", dtype_name(*eo.weight_dtype));
+  const OutputIdentity identity{o.prompts, prompts.content_hash,
+                                settings_hash(gen, model_identity(*model), numerics), jobs.size()};
+
+  // One process writes its own output; the ranks of an MPI job split the
+  // prompts and send their records to rank 0 (cluster/rank_job.h).
+  std::unique_ptr<OutputFile> single_out;
+  std::unique_ptr<RankJob> rank_job;
+  std::function<bool(size_t)> not_here;
+  if (world.size() == 1) {
+    single_out = std::make_unique<OutputFile>(o.output, identity);
+    not_here = [&](size_t i) { return single_out->is_done(i); };
+  } else {
+    rank_job = std::make_unique<RankJob>(
+        world, jobs, rank_job_hash(prompts, gen, *model, numerics, jobs.size()),
+        [&] { return std::make_unique<OutputFile>(o.output, identity); });
+    not_here = [&](size_t i) { return rank_job->owners()[i] != world.rank(); };
+  }
+  // The placement plans for the longest prompt and generation this process runs.
   RunShape shape;
   int64_t n_to_run = 0, prompt_sum = 0;
   for (const Job& j : jobs) {
-    if (!j.skipped.empty()) continue;
+    if (!j.skipped.empty() || not_here(j.index)) continue;
     ++n_to_run;
     prompt_sum += static_cast<int64_t>(j.tokens.size());
     shape.max_prompt = std::max<int64_t>(shape.max_prompt, static_cast<int64_t>(j.tokens.size()));
@@ -102,31 +149,73 @@ int run(const Options& o) {
   }
   shape.mean_prompt = n_to_run > 0 ? static_cast<double>(prompt_sum) / n_to_run : 0;
   shape.max_block = std::max<int64_t>(1, n_to_run);
+  if (rank_job) {
+    spdlog::log(world.rank() == 0 ? spdlog::level::info : spdlog::level::debug,
+                "{}: {} of {} prompts to run", world.where(), n_to_run, jobs.size());
+  } else {
+    spdlog::info("{} prompts from {}, {} to run", jobs.size(), o.prompts,
+                 jobs.size() - single_out->n_done());
+  }
   const RunPlan plan = offload.apply(eo, *model, shape);
-  const std::string dtype(dtype_name(eo.compute_dtype));
-  // Compression changes the completions: a resumed run must use the same.
-  std::string numerics = dtype;
-  if (is_quantized(eo.kv_dtype)) numerics += fmt::format(" kv {}", dtype_name(eo.kv_dtype));
-  if (eo.weight_dtype) numerics += fmt::format(" weights {}", dtype_name(*eo.weight_dtype));
-  OutputFile out(o.output, {o.prompts, prompts.content_hash,
-                            settings_hash(gen, model_identity(*model), numerics), jobs.size()});
-  spdlog::info("{} prompts from {}, {} to run", jobs.size(), o.prompts, jobs.size() - out.n_done());
 
   const auto engine = make_engine(*model, eo);
-  const RunSummary summary = run_jobs(*engine, *tokenizer, jobs, gen, &out);
+  RecordSink& sink = rank_job ? rank_job->sink() : *single_out;
+  const RunSummary summary = run_jobs(*engine, *tokenizer, jobs, gen, &sink);
 
   RunReport report = plan_report(plan, *model, o.model, eo, shape.mean_prompt, shape.gen,
                                  measured_speculation(engine->stats(), summary.n_sequences));
   report.n_prompts = summary.n_prompts;
-  report.n_prompts_resumed = static_cast<int64_t>(out.n_resumed());
+  OutputFile* out = rank_job ? rank_job->output() : single_out.get();
+  if (out) report.n_prompts_resumed = static_cast<int64_t>(out->n_resumed());
   report.n_sequences = summary.n_sequences;
   report.total_s = summary.total_s;
   report.engine = engine->stats();
-  report.print(stdout);
-  if (!o.report.empty()) report.write_json(o.report);
+  if (rank_job) {
+    nlohmann::ordered_json mine = report.to_json();
+    mine["rank"] = world.rank();
+    mine["host"] = world.host();
+    const auto ranks = rank_job->finish_ranks(mine);
+    if (world.rank() == 0) {
+      const nlohmann::ordered_json job = job_report(ranks);
+      print_job_report(job, stdout);
+      if (!o.report.empty()) {
+        write_file_atomically(
+            o.report,
+            job.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n",
+            "the report");
+      }
+    }
+  } else {
+    report.print(stdout);
+    if (!o.report.empty()) report.write_json(o.report);
+  }
   offload.finish();
-  spdlog::info("wrote {}", o.output);
+  if (world.rank() == 0) spdlog::info("wrote {}", o.output);
   return 0;
+}
+
+// Runs the command; under MPI, an error on any rank is printed with the
+// rank and host and ends the whole job (no rank is left waiting).
+int run_in_world(const Options& o) {
+  MpiWorld world;
+  if (world.size() == 1) return run(o, world);
+  if (world.rank() != 0 && spdlog::get_level() < spdlog::level::warn) {
+    spdlog::set_level(spdlog::level::warn);  // rank 0 speaks for the job
+  }
+  std::string error;
+  try {
+    return run(o, world);
+  } catch (const Error& e) {
+    error = e.what();
+  } catch (const std::bad_alloc&) {
+    error = "out of memory; lower the batch size or the memory budgets";
+  } catch (const std::exception& e) {
+    error = fmt::format("internal error: {}", e.what());
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "strata: error: %s: %s\n", world.where().c_str(), error.c_str());
+  std::fflush(stderr);
+  world.abort(1);
 }
 
 const Command kGenerate{
@@ -187,7 +276,7 @@ const Command kGenerate{
       sub.add_flag("--no-prefix-sharing", o->no_prefix_sharing,
                    "Compute and store every prompt's KV in full, also the whole pages it shares "
                    "with other prompts of its block (by default computed once)");
-      return [o]() { return run(*o); };
+      return [o]() { return run_in_world(*o); };
     }};
 
 }  // namespace

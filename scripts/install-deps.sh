@@ -2,6 +2,8 @@
 # Installs, with apt-get, the Debian packages Strata builds against, and only the
 # ones that are missing. Quiet and quick when everything is already there.
 # CUDA is not installed here: the build uses it when a toolkit is present.
+# Open MPI is optional to the build (-DSTRATA_MPI=AUTO) and installed here so
+# that `mpirun -np N strata generate` and its tests work.
 # Packages are installed without their Recommends, so everything the build
 # needs is named here: ocl-icd-opencl-dev is only recommended by libdnnl-dev,
 # yet Debian's dnnl-config.cmake fails without the OpenCL headers and library.
@@ -12,6 +14,7 @@ pkgs=(
   build-essential cmake pkg-config
   libglpk-dev libcli11-dev libyaml-cpp-dev liburing-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev libpcre2-dev nlohmann-json3-dev libutf8proc-dev libxxhash-dev
+  libopenmpi-dev openmpi-bin
   fio python3 python3-pip python3-venv ca-certificates zstd
 )
 
