@@ -24,6 +24,7 @@ std::string this_host() {
   return name;
 }
 
+#if STRATA_HAVE_MPI
 // Between two tests of a request: short enough not to delay a message much,
 // long enough that a waiting rank takes no core from one that computes.
 constexpr auto kPollSleep = std::chrono::milliseconds(2);
@@ -32,7 +33,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-#if STRATA_HAVE_MPI
 void check(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING] = {};

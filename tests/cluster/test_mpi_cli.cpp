@@ -2,7 +2,7 @@
 // device, one thread per rank; --allow-run-as-root and --oversubscribe, as
 // CI runs as root on 2 cores):
 //  - 2 and 3 ranks write the same output as one process, byte for byte,
-//    each rank computing a non-empty share;
+//    each rank computing a non-empty share; with seeded sampling too;
 //  - kill -9 of one rank (a worker, then rank 0, the writer) mid-run ends the
 //    job with a non-zero status naming the rank; the same command again (with
 //    another number of ranks too) completes to the same output, no record
@@ -189,6 +189,20 @@ TEST_F(Mpi, TwoAndThreeRanksWriteTheSameOutputAsOneProcess) {
     EXPECT_NE(r.out.find("strata report: " + std::to_string(np) + " ranks"), std::string::npos)
         << r.out;
   }
+}
+
+TEST_F(Mpi, SeededSamplingGivesTheSameOutputOverRanks) {
+  const std::string sampling = "--temperature 0.9 --top-p 0.95 --seed 11";
+  ScratchDir one, two;
+  write_text(one.file("p.txt"), prompts(kPrompts));
+  write_text(two.file("p.txt"), prompts(kPrompts));
+  const auto r1 = test::run_strata(generate_args(one, sampling), one.path());
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  const auto r2 = run_mpi(2, two, sampling);
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  const std::string sampled = read_text(one.file("out.jsonl"));
+  EXPECT_NE(sampled, want_) << "sampling gave the greedy output";
+  EXPECT_EQ(read_text(two.file("out.jsonl")), sampled);
 }
 
 TEST_F(Mpi, KilledRankThenTheSameCommandGivesTheSameOutput) {
