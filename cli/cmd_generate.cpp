@@ -156,9 +156,17 @@ int run(const Options& o, MpiWorld& world) {
     spdlog::info("{} prompts from {}, {} to run", jobs.size(), o.prompts,
                  jobs.size() - single_out->n_done());
   }
-  const RunPlan plan = offload.apply(eo, *model, shape);
-
-  const auto engine = make_engine(*model, eo);
+  RunPlan plan;
+  std::unique_ptr<Engine> engine;
+  auto plan_and_build = [&] {
+    plan = offload.apply(eo, *model, shape);
+    engine = make_engine(*model, eo);
+  };
+  if (rank_job) {
+    rank_job->first_on_host_then_others(plan_and_build);
+  } else {
+    plan_and_build();
+  }
   RecordSink& sink = rank_job ? rank_job->sink() : *single_out;
   const RunSummary summary = run_jobs(*engine, *tokenizer, jobs, gen, &sink);
 

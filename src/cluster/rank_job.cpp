@@ -123,7 +123,8 @@ RankJob::RankJob(MpiWorld& world, std::span<const Job> jobs, uint64_t job_hash,
   for (int r = 1; r < world_.size(); ++r) {
     if (hashes[static_cast<size_t>(r)] != hashes[0]) differ.push_back(r);
   }
-  const std::vector<std::string> hosts = world_.all_hosts();
+  hosts_ = world_.all_hosts();
+  const std::vector<std::string>& hosts = hosts_;
   if (!differ.empty()) {
     std::string names;
     for (int r : differ) {
@@ -149,6 +150,19 @@ RankJob::~RankJob() = default;
 
 size_t RankJob::n_mine() const {
   return static_cast<size_t>(std::count(owner_.begin(), owner_.end(), world_.rank()));
+}
+
+void RankJob::first_on_host_then_others(const std::function<void()>& fn) {
+  std::vector<int> here;  // the ranks of this host
+  for (int r = 0; r < world_.size(); ++r) {
+    if (hosts_[static_cast<size_t>(r)] == world_.host()) here.push_back(r);
+  }
+  STRATA_ASSERT(!here.empty());
+  if (here.front() != world_.rank()) world_.wait_for(here.front(), kTagTurn, -1);
+  fn();
+  if (here.front() == world_.rank()) {
+    for (size_t k = 1; k < here.size(); ++k) world_.send(here[k], kTagTurn, "");
+  }
 }
 
 RecordSink& RankJob::sink() {

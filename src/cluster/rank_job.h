@@ -54,6 +54,13 @@ class RankJob {
   // The output (rank 0) or null.
   OutputFile* output() { return out_.get(); }
 
+  // Runs `fn` on the first rank of this host, then on the host's other
+  // ranks together, which wait for it without spinning. For planning and
+  // building the engine: the first measures the machine (the profile and the
+  // engine's compute times, cached per host) and builds the weight pack in
+  // the offload directory; the others then find both made.
+  void first_on_host_then_others(const std::function<void()>& fn);
+
   // Step 3.
   RecordSink& sink();
 
@@ -66,11 +73,12 @@ class RankJob {
  private:
   MpiWorld& world_;
   std::vector<int> owner_;
+  std::vector<std::string> hosts_;  // of every rank
   std::unique_ptr<OutputFile> out_;
   std::unique_ptr<Sink> sink_;
 };
 
 // Message tags between ranks.
-enum RankTag : int { kTagRecord = 1, kTagDone = 2, kTagBye = 3 };
+enum RankTag : int { kTagRecord = 1, kTagDone = 2, kTagBye = 3, kTagTurn = 4 };
 
 }  // namespace strata

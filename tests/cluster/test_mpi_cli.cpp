@@ -2,7 +2,8 @@
 // device, one thread per rank; --allow-run-as-root and --oversubscribe, as
 // CI runs as root on 2 cores):
 //  - 2 and 3 ranks write the same output as one process, byte for byte,
-//    each rank computing a non-empty share; with seeded sampling too;
+//    each rank computing a non-empty share; with seeded sampling too; with
+//    the weights on disk in one offload directory (one pack, built once);
 //  - kill -9 of one rank (a worker, then rank 0, the writer) mid-run ends the
 //    job with a non-zero status naming the rank; the same command again (with
 //    another number of ranks too) completes to the same output, no record
@@ -189,6 +190,16 @@ TEST_F(Mpi, TwoAndThreeRanksWriteTheSameOutputAsOneProcess) {
     EXPECT_NE(r.out.find("strata report: " + std::to_string(np) + " ranks"), std::string::npos)
         << r.out;
   }
+}
+
+TEST_F(Mpi, RanksShareOneOffloadDirectoryWithTheWeightsOnDisk) {
+  // The first rank builds the weight pack; the other opens it.
+  ScratchDir dir;
+  write_text(dir.file("p.txt"), prompts(kPrompts));
+  const auto r = run_mpi(2, dir, "--offload-dir " + dir.file("od") + " --percent 0 0 100 0 100 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_text(dir.file("out.jsonl")), want_);
+  EXPECT_TRUE(fs::exists(dir.file("od/manifest.json")));
 }
 
 TEST_F(Mpi, SeededSamplingGivesTheSameOutputOverRanks) {
