@@ -6,7 +6,9 @@
 // records reach OUTPUT.partial as they finish, and OUTPUT appears only when
 // all are done. Rerunning an interrupted command resumes it. A progress line
 // is drawn on stderr when it is a terminal; the report goes to stdout.
-// Placement, budgets, --policy and --trace: cli/offload_flags.h.
+// Placement, budgets, --policy and --trace: cli/offload_flags.h. Started by
+// mpirun or srun, the ranks split the prompts and rank 0 writes the output
+// (src/cluster/rank_job.h).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -227,7 +229,10 @@ int run_in_world(const Options& o) {
 }
 
 const Command kGenerate{
-    "generate", "Generate a completion for every prompt of a file (JSONL out, input order)", 10,
+    "generate",
+    "Generate a completion for every prompt of a file (JSONL out, input order); under mpirun or "
+    "srun the ranks split the prompts and rank 0 writes the output",
+    10,
     [](CLI::App& sub) -> Runner {
       auto o = std::make_shared<Options>();
       sub.add_option("--model", o->model, "GGUF file or Hugging Face model directory")->required();
@@ -276,7 +281,9 @@ const Command kGenerate{
                      "f32; on a GPU f32; int8: integer products with quantized weights, CPU "
                      "only)")
           ->check(CLI::IsMember({"f32", "bf16", "int8"}));
-      sub.add_option("--threads", o->threads, "CPU threads (default: all cores)");
+      sub.add_option("--threads", o->threads,
+                     "CPU threads (default: all cores; under MPI the host's cores shared by its "
+                     "ranks)");
       sub.add_option("--report", o->report, "Also write the run report as JSON to this file");
       o->offload.add(sub, true);  // before compression: it owns --offload-dir
       o->compression.add(sub);
