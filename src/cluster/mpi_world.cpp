@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -28,6 +30,8 @@ std::string this_host() {
 // Between two tests of a request: short enough not to delay a message much,
 // long enough that a waiting rank takes no core from one that computes.
 constexpr auto kPollSleep = std::chrono::milliseconds(2);
+
+constexpr auto kFinalizeTimeout = std::chrono::seconds(120);
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -81,7 +85,28 @@ MpiWorld::MpiWorld() : host_(this_host()) {
 }
 
 MpiWorld::~MpiWorld() {
-  if (joined_) MPI_Finalize();
+  if (!joined_) return;
+  // MPI_Finalize waits for every rank. All have said they are done by now,
+  // so a wait past kFinalizeTimeout means a rank hangs: say so and end.
+  std::mutex m;
+  std::condition_variable cv;
+  bool finalized = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(m);
+    if (!cv.wait_for(lock, kFinalizeTimeout, [&] { return finalized; })) {
+      std::fprintf(stderr,
+                   "strata: error: %s: MPI_Finalize did not return in %lld s; a rank hangs\n",
+                   where().c_str(), static_cast<long long>(kFinalizeTimeout.count()));
+      std::_Exit(1);
+    }
+  });
+  MPI_Finalize();
+  {
+    std::lock_guard lock(m);
+    finalized = true;
+  }
+  cv.notify_all();
+  watchdog.join();
 }
 
 std::vector<uint64_t> MpiWorld::all_gather(uint64_t value) {

@@ -34,7 +34,9 @@ class MpiWorld {
   // otherwise. Throws Error when launched by MPI in a build without it
   // (every rank would run the whole job on its own).
   MpiWorld();
-  ~MpiWorld();  // MPI_Finalize
+  // MPI_Finalize; a rank that hangs there for 2 minutes ends with a message
+  // (every rank has finished its work by then).
+  ~MpiWorld();
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
 
