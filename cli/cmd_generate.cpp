@@ -136,7 +136,7 @@ int run(const Options& o, MpiWorld& world) {
   } else {
     rank_job = std::make_unique<RankJob>(
         world, jobs, rank_job_hash(prompts, gen, *model, numerics, jobs.size()),
-        [&] { return std::make_unique<OutputFile>(o.output, identity); });
+        [&] { return std::make_unique<OutputFile>(o.output, identity); }, stderr_is_tty());
     not_here = [&](size_t i) { return rank_job->owners()[i] != world.rank(); };
   }
   // The placement plans for the longest prompt and generation this process runs.
@@ -232,8 +232,7 @@ const Command kGenerate{
     "generate",
     "Generate a completion for every prompt of a file (JSONL out, input order); under mpirun or "
     "srun the ranks split the prompts and rank 0 writes the output",
-    10,
-    [](CLI::App& sub) -> Runner {
+    10, [](CLI::App& sub) -> Runner {
       auto o = std::make_shared<Options>();
       sub.add_option("--model", o->model, "GGUF file or Hugging Face model directory")->required();
       sub.add_option("--prompts", o->prompts,

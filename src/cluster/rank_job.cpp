@@ -11,14 +11,25 @@
 #include "core/error.h"
 
 namespace strata {
+namespace {
+
+// The job's progress as a line on rank 0's stderr this often when that is
+// not a terminal (a launcher forwards it; a cluster keeps it in a log).
+constexpr double kProgressLineEvery = 30;
+
+}  // namespace
 
 // What run_jobs writes to on one rank: rank 0 appends to the output, its
 // own records and, from a receiving thread, the other ranks'; the other ranks
 // send theirs to rank 0.
 class RankJob::Sink final : public RecordSink {
  public:
-  Sink(MpiWorld& world, const std::vector<int>& owner, OutputFile* out)
-      : world_(world), owner_(owner), out_(out) {
+  Sink(MpiWorld& world, const std::vector<int>& owner, OutputFile* out, bool progress)
+      : world_(world),
+        owner_(owner),
+        out_(out),
+        progress_(world.rank() == 0, owner.size(), out ? out->n_done() : 0,
+                  progress ? 0 : kProgressLineEvery) {
     if (world_.rank() == 0) {
       reports_.resize(static_cast<size_t>(world_.size()));
       receiver_ = std::thread([this] { receive(); });
@@ -38,7 +49,7 @@ class RankJob::Sink final : public RecordSink {
   void append(size_t index, const OrderedJson& record) override {
     if (world_.rank() == 0) {
       std::lock_guard lock(mutex_);
-      out_->append(index, record);
+      record_here(index, record);
       return;
     }
     const uint64_t i = index;
@@ -57,12 +68,27 @@ class RankJob::Sink final : public RecordSink {
       all_done_.wait(lock, [&] { return n_ranks_done_ == world_.size() - 1; });
     }
     receiver_.join();
+    progress_.finish();
     out_->finish();
   }
 
   std::vector<nlohmann::ordered_json> take_reports() { return std::move(reports_); }
 
  private:
+  // Rank 0 (holding the mutex): the record to the output, and the job's
+  // progress line (every rank's records, tokens from the records).
+  void record_here(size_t index, const OrderedJson& record) {
+    out_->append(index, record);
+    if (const auto it = record.find("completion_tokens"); it != record.end()) {
+      tokens_ += it->get<int64_t>();
+    } else if (const auto usage =
+                   OrderedJson::json_pointer("/response/body/usage/completion_tokens");
+               record.contains(usage)) {
+      tokens_ += record.at(usage).get<int64_t>();
+    }
+    progress_.update(out_->n_done(), tokens_);
+  }
+
   // Rank 0's receiving thread. A message it cannot use ends the whole job.
   void receive() {
     try {
@@ -83,7 +109,7 @@ class RankJob::Sink final : public RecordSink {
           const auto record = OrderedJson::parse(m->bytes.begin() + sizeof index, m->bytes.end());
           std::lock_guard lock(mutex_);
           if (out_->is_done(index)) fail("rank {} sent prompt {} twice", m->source, index);
-          out_->append(index, record);
+          record_here(index, record);
         } else if (m->tag == kTagDone) {
           std::lock_guard lock(mutex_);
           reports_[static_cast<size_t>(m->source)] = nlohmann::ordered_json::parse(m->bytes);
@@ -106,6 +132,8 @@ class RankJob::Sink final : public RecordSink {
   MpiWorld& world_;
   const std::vector<int>& owner_;
   OutputFile* out_;
+  Progress progress_;
+  int64_t tokens_ = 0;
   std::mutex mutex_;
   std::condition_variable all_done_;
   int n_ranks_done_ = 0;
@@ -115,8 +143,8 @@ class RankJob::Sink final : public RecordSink {
 };
 
 RankJob::RankJob(MpiWorld& world, std::span<const Job> jobs, uint64_t job_hash,
-                 const std::function<std::unique_ptr<OutputFile>()>& open_output)
-    : world_(world) {
+                 const std::function<std::unique_ptr<OutputFile>()>& open_output, bool progress)
+    : world_(world), progress_(progress) {
   for (size_t i = 0; i < jobs.size(); ++i) STRATA_ASSERT(jobs[i].index == i);
   const std::vector<uint64_t> hashes = world_.all_gather(job_hash);
   std::vector<int> differ;
@@ -166,7 +194,7 @@ void RankJob::first_on_host_then_others(const std::function<void()>& fn) {
 }
 
 RecordSink& RankJob::sink() {
-  if (!sink_) sink_ = std::make_unique<Sink>(world_, owner_, out_.get());
+  if (!sink_) sink_ = std::make_unique<Sink>(world_, owner_, out_.get(), progress_);
   return *sink_;
 }
 

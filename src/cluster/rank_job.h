@@ -18,8 +18,9 @@
 //      split (job_shares.h);
 //   3. sink(): what run_jobs writes to. On rank 0, a thread receives the
 //      other ranks' records (polling, so it takes no core from the engine)
-//      and appends them; finish() waits for every rank's last message, then
-//      writes OUTPUT. On the other ranks, records are sent to rank 0;
+//      and appends them, drawing the job's progress line; finish() waits
+//      for every rank's last message, then writes OUTPUT. On the other
+//      ranks, records are sent to rank 0;
 //   4. finish_ranks(): every rank's report reaches rank 0.
 #pragma once
 
@@ -41,9 +42,11 @@ namespace strata {
 class RankJob {
  public:
   // Steps 1 and 2. `job_hash`: this rank's hash of the job; `open_output`
-  // is called on rank 0 only. Throws Error on a mismatch.
+  // is called on rank 0 only. Throws Error on a mismatch. Rank 0 shows the
+  // job's progress (every rank's records) on stderr: a line redrawn in place
+  // with `progress` (a terminal), else a line every 30 s.
   RankJob(MpiWorld& world, std::span<const Job> jobs, uint64_t job_hash,
-          const std::function<std::unique_ptr<OutputFile>()>& open_output);
+          const std::function<std::unique_ptr<OutputFile>()>& open_output, bool progress);
   ~RankJob();
   RankJob(const RankJob&) = delete;
   RankJob& operator=(const RankJob&) = delete;
@@ -72,6 +75,7 @@ class RankJob {
 
  private:
   MpiWorld& world_;
+  bool progress_;
   std::vector<int> owner_;
   std::vector<std::string> hosts_;  // of every rank
   std::unique_ptr<OutputFile> out_;

@@ -438,13 +438,22 @@ bool stderr_is_tty() {
   return ::isatty(STDERR_FILENO) == 1;
 }
 
-Progress::Progress(bool enabled, size_t total, size_t done_before)
-    : enabled_(enabled), total_(total), done_before_(done_before), start_s_(now_s()) {}
+Progress::Progress(bool enabled, size_t total, size_t done_before, double line_every_s)
+    : enabled_(enabled),
+      total_(total),
+      done_before_(done_before),
+      line_every_s_(line_every_s),
+      start_s_(now_s()) {}
 
 void Progress::update(size_t done, int64_t generated_tokens) {
   if (!enabled_) return;
   const double t = now_s();
-  if (last_draw_s_ >= 0 && t - last_draw_s_ < 0.25 && done < total_) return;
+  const double every = line_every_s_ > 0 ? line_every_s_ : 0.25;
+  if (last_draw_s_ >= 0 && t - last_draw_s_ < every && done < total_) return;
+  if (line_every_s_ > 0 && last_draw_s_ < 0 && done < total_) {
+    last_draw_s_ = t;  // the first line after one period, not at the first record
+    return;
+  }
   last_draw_s_ = t;
   draw(done, generated_tokens);
 }
@@ -458,10 +467,14 @@ void Progress::draw(size_t done, int64_t generated_tokens) {
     eta = format_duration(static_cast<double>(total_ - std::min(done, total_)) * elapsed /
                           static_cast<double>(done_here));
   }
-  std::fprintf(stderr, "\r\033[Kprompts %zu/%zu  %.1f tok/s  ETA %s", done, total_, tok_s,
-               eta.c_str());
+  if (line_every_s_ > 0) {
+    std::fprintf(stderr, "prompts %zu/%zu  %.1f tok/s  ETA %s\n", done, total_, tok_s, eta.c_str());
+  } else {
+    std::fprintf(stderr, "\r\033[Kprompts %zu/%zu  %.1f tok/s  ETA %s", done, total_, tok_s,
+                 eta.c_str());
+    drawn_ = true;
+  }
   std::fflush(stderr);
-  drawn_ = true;
 }
 
 void Progress::finish() {

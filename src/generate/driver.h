@@ -153,10 +153,13 @@ uint64_t settings_hash(const GenerateOptions& options, const std::string& model_
                        const std::string& compute);
 
 // The progress line: "prompts 12/100  345.6 tok/s  ETA 1m23s", redrawn in
-// place on stderr at most 4 times a second; nothing when disabled.
+// place on stderr at most 4 times a second; nothing when disabled. With
+// `line_every_s` > 0 it is written as a whole line instead, at most that
+// often and once at the end (for a log file, or output an MPI launcher
+// forwards).
 class Progress {
  public:
-  Progress(bool enabled, size_t total, size_t done_before);
+  Progress(bool enabled, size_t total, size_t done_before, double line_every_s = 0);
   void update(size_t done, int64_t generated_tokens);
   void finish();
 
@@ -165,6 +168,7 @@ class Progress {
   bool enabled_;
   size_t total_;
   size_t done_before_;
+  double line_every_s_;
   double start_s_;
   double last_draw_s_ = -1;
   bool drawn_ = false;
