@@ -17,12 +17,12 @@
 
 #include <chrono>
 #include <filesystem>
-#include <random>
 #include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "support/batch_files.h"
 #include "support/run_cli.h"
 
 namespace strata {
@@ -39,16 +39,7 @@ using test::write_text;
 const std::string kLlama = test_data("models/llama");
 
 std::string prompts(int n) {
-  const char* words[] = {"the",  "cat",   "sat", "on",  "a",   "mat", "once", "upon",
-                         "time", "there", "was", "dog", "who", "ran", "far",  "away"};
-  std::mt19937 rng(9);
-  std::string s;
-  for (int i = 0; i < n; ++i) {
-    const int len = 3 + static_cast<int>(rng() % 20);
-    for (int w = 0; w < len; ++w) s += std::string(w ? " " : "") + words[rng() % 16];
-    s += "\n";
-  }
-  return s;
+  return test::word_prompts(n, 9);
 }
 
 std::vector<std::string> generate_args(const ScratchDir& dir, const std::string& extra = "") {
@@ -140,17 +131,9 @@ pid_t rank_pid(int rank, const std::string& marker) {
 // The indices of a .partial's whole records; none twice.
 std::set<uint64_t> partial_records(const std::string& path) {
   std::set<uint64_t> seen;
-  if (!fs::exists(path)) return seen;
-  const std::string content = read_text(path);
-  size_t pos = content.find('\n');
-  if (pos == std::string::npos) return seen;
-  for (++pos; pos < content.size();) {
-    const size_t end = content.find('\n', pos);
-    if (end == std::string::npos) break;
-    const auto j = nlohmann::json::parse(content.substr(pos, end - pos));
+  for (const auto& j : test::partial_records(path)) {
     EXPECT_TRUE(seen.insert(j.at("index").get<uint64_t>()).second)
         << "prompt " << j["index"] << " twice in " << path;
-    pos = end + 1;
   }
   return seen;
 }

@@ -28,33 +28,25 @@
 #include <nlohmann/json.hpp>
 
 #include "generate/generate_test_util.h"
+#include "support/batch_files.h"
 #include "support/run_cli.h"
 
 namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
+using test::finish_strata;
 using test::read_text;
+using test::run_strata;
 using test::ScratchDir;
+using test::start_strata;
 using test::test_data;
 using test::write_text;
-using test::finish_strata;
-using test::run_strata;
-using test::start_strata;
 
 const std::string kLlama = test_data("models/llama");
 
 std::string prompts(int n) {
-  const char* words[] = {"the",  "cat",   "sat", "on",  "a",   "mat", "once", "upon",
-                         "time", "there", "was", "dog", "who", "ran", "far",  "away"};
-  std::mt19937 rng(5);
-  std::string s;
-  for (int i = 0; i < n; ++i) {
-    const int len = 3 + static_cast<int>(rng() % 20);
-    for (int w = 0; w < len; ++w) s += std::string(w ? " " : "") + words[rng() % 16];
-    s += "\n";
-  }
-  return s;
+  return test::word_prompts(n, 5);
 }
 
 // Weights wholly on disk (the pack in dir/od), KV and activations in RAM;
@@ -89,21 +81,12 @@ std::vector<std::string> generate_args(const ScratchDir& dir, bool kv_on_disk = 
 // without its newline is allowed (the kill came inside the write) and not
 // counted.
 size_t check_partial(const std::string& path, size_t n) {
-  if (!fs::exists(path)) return 0;
-  const std::string content = read_text(path);
-  size_t pos = content.find('\n');
-  if (pos == std::string::npos) return 0;  // the header itself is not complete yet
-  ++pos;
   std::set<uint64_t> seen;
-  while (pos < content.size()) {
-    const size_t end = content.find('\n', pos);
-    if (end == std::string::npos) break;
-    const auto j = nlohmann::json::parse(content.substr(pos, end - pos));
+  for (const auto& j : test::partial_records(path)) {
     EXPECT_TRUE(j.contains("record") && j["record"].is_object()) << j;
     const uint64_t index = j.at("index").get<uint64_t>();
     EXPECT_LT(index, n);
     EXPECT_TRUE(seen.insert(index).second) << "prompt " << index << " twice in " << path;
-    pos = end + 1;
   }
   return seen.size();
 }
@@ -144,7 +127,8 @@ TEST_F(CrashResume, KilledAtTwentyMomentsAndResumedGivesTheSameBytes) {
     ASSERT_GT(pid, 0);
     if (fresh_pack) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!fs::exists(dir.file("od/weights.bin.tmp")) && std::chrono::steady_clock::now() < until)
+      while (!fs::exists(dir.file("od/weights.bin.tmp")) &&
+             std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::microseconds(100));
     } else {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
@@ -269,10 +253,19 @@ TEST_P(DamagedPack, FlippedByteIsCaughtBeforeUseAndThePackRebuilt) {
   ScratchDir dir;
   write_text(dir.file("p.txt"), prompts(4));
   auto args = [&] {
-    std::vector<std::string> a = {"generate",       "--model", kLlama, "--prompts",
-                                  dir.file("p.txt"), "--output", dir.file("out.jsonl"),
-                                  "--max-new-tokens", "6", "--compute-dtype", "f32",
-                                  "--offload-dir", dir.file("od")};
+    std::vector<std::string> a = {"generate",
+                                  "--model",
+                                  kLlama,
+                                  "--prompts",
+                                  dir.file("p.txt"),
+                                  "--output",
+                                  dir.file("out.jsonl"),
+                                  "--max-new-tokens",
+                                  "6",
+                                  "--compute-dtype",
+                                  "f32",
+                                  "--offload-dir",
+                                  dir.file("od")};
     a.insert(a.end(), c.placement.begin(), c.placement.end());
     return a;
   };
@@ -298,8 +291,8 @@ TEST_P(DamagedPack, FlippedByteIsCaughtBeforeUseAndThePackRebuilt) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const std::string line = r.err.substr(std::min(r.err.size(), r.err.find("strata: error:")));
   EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << r.err;
-  for (const std::string& w : {std::string("weights.bin"), tensor, std::string("checksum"),
-                               std::string("damaged")}) {
+  for (const std::string& w :
+       {std::string("weights.bin"), tensor, std::string("checksum"), std::string("damaged")}) {
     EXPECT_NE(line.find(w), std::string::npos) << w << " not in: " << line;
   }
   EXPECT_FALSE(fs::exists(dir.file("out.jsonl")));
