@@ -132,14 +132,15 @@ int run(const Options& o, MpiWorld& world) {
   std::function<bool(size_t)> not_here;
   if (world.size() == 1) {
     single_out = std::make_unique<OutputFile>(o.output, identity);
-    not_here = [&](size_t i) { return single_out->is_done(i); };
+    not_here = [](size_t) { return false; };  // plans for the whole file, as on resume
   } else {
     rank_job = std::make_unique<RankJob>(
         world, jobs, rank_job_hash(prompts, gen, *model, numerics, jobs.size()),
         [&] { return std::make_unique<OutputFile>(o.output, identity); }, stderr_is_tty());
     not_here = [&](size_t i) { return rank_job->owners()[i] != world.rank(); };
   }
-  // The placement plans for the longest prompt and generation this process runs.
+  // The placement plans for the longest prompt and generation of the file
+  // (under MPI: of this rank's share).
   RunShape shape;
   int64_t n_to_run = 0, prompt_sum = 0;
   for (const Job& j : jobs) {

@@ -38,7 +38,10 @@ nlohmann::ordered_json job_report(std::span<const nlohmann::ordered_json> ranks)
       slowest_s = s;
       slowest = static_cast<int>(r);
     }
-    fastest_s = fastest_s < 0 ? s : std::min(fastest_s, s);
+    // A rank with no share (a short or resumed job) is not the fastest.
+    if (field<int64_t>(ranks[r], "n_prompts", 0) > 0) {
+      fastest_s = fastest_s < 0 ? s : std::min(fastest_s, s);
+    }
   }
   nlohmann::ordered_json j;
   j["n_ranks"] = ranks.size();
@@ -48,7 +51,7 @@ nlohmann::ordered_json job_report(std::span<const nlohmann::ordered_json> ranks)
   j["total_s"] = slowest_s;
   if (slowest_s > 0) {
     j["total_tokens_per_s"] = static_cast<double>(tokens) / slowest_s;
-    j["balance"] = fastest_s / slowest_s;
+    if (fastest_s >= 0) j["balance"] = fastest_s / slowest_s;
   }
   j["slowest_rank"] = slowest;
   j["ranks"] = nlohmann::ordered_json::array();
@@ -81,8 +84,10 @@ void print_job_report(const nlohmann::ordered_json& job, std::FILE* out) {
     std::fprintf(out, "  resumed: %lld prompts recorded by an earlier run\n",
                  static_cast<long long>(resumed));
   }
-  std::fprintf(out, "  slowest rank: %d (the job's time); fastest/slowest %.2f\n",
-               field<int>(job, "slowest_rank", 0), field<double>(job, "balance", 0));
+  const std::string balance =
+      job.contains("balance") ? fmt::format("{:.2f}", job["balance"].get<double>()) : "-";
+  std::fprintf(out, "  slowest rank: %d (the job's time); fastest/slowest %s\n",
+               field<int>(job, "slowest_rank", 0), balance.c_str());
   std::fflush(out);
 }
 

@@ -4,7 +4,8 @@
 // "ranks"; the job's totals come first:
 //   n_ranks, n_prompts, n_prompts_resumed, generated_tokens, total_s (the
 //   slowest rank's), total_tokens_per_s (all generated tokens over total_s),
-//   slowest_rank, balance (the fastest rank's time over the slowest's), ranks.
+//   slowest_rank, balance (the time of the fastest rank that had prompts over
+//   the slowest's), ranks.
 #pragma once
 
 #include <cstdio>

@@ -49,6 +49,14 @@ TEST(JobReport, TotalsOverRanksAndTheSlowestRanksTime) {
   EXPECT_NE(table.find("600B"), std::string::npos) << table;  // the job's link bytes
 }
 
+TEST(JobReport, ARankWithoutPromptsIsNotTheFastest) {
+  const std::vector<nlohmann::ordered_json> ranks = {
+      rank_report(0, 3, 90, 2.0, 0), rank_report(1, 0, 0, 0.001, 0), rank_report(2, 2, 60, 1.5, 0)};
+  const auto job = job_report(ranks);
+  EXPECT_DOUBLE_EQ(job["balance"].get<double>(), 0.75);
+  EXPECT_EQ(job["slowest_rank"], 0);
+}
+
 TEST(JobReport, NoTimeNoRate) {
   const std::vector<nlohmann::ordered_json> ranks = {rank_report(0, 0, 0, 0, 0)};
   const auto job = job_report(ranks);
