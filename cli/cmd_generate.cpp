@@ -138,6 +138,13 @@ int run(const Options& o, MpiWorld& world) {
         world, jobs, rank_job_hash(prompts, gen, *model, numerics, jobs.size()),
         [&] { return std::make_unique<OutputFile>(o.output, identity); }, stderr_is_tty());
     not_here = [&](size_t i) { return rank_job->owners()[i] != world.rank(); };
+    // Over several hosts the offload directory may be one shared path (a
+    // relative default in a shared working directory): each host gets its
+    // own subdirectory, so no two hosts write one weight pack or KV file.
+    if (rank_job->n_hosts() > 1 && !eo.offload_dir.empty()) {
+      eo.offload_dir = (std::filesystem::path(eo.offload_dir) / world.host()).string();
+      offload.offload_dir = eo.offload_dir;
+    }
   }
   // The placement plans for the longest prompt and generation of the file
   // (under MPI: of this rank's share).

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "cluster/job_shares.h"
@@ -175,6 +176,10 @@ RankJob::RankJob(MpiWorld& world, std::span<const Job> jobs, uint64_t job_hash,
 }
 
 RankJob::~RankJob() = default;
+
+size_t RankJob::n_hosts() const {
+  return std::set<std::string>(hosts_.begin(), hosts_.end()).size();
+}
 
 size_t RankJob::n_mine() const {
   return static_cast<size_t>(std::count(owner_.begin(), owner_.end(), world_.rank()));

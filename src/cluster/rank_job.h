@@ -54,6 +54,8 @@ class RankJob {
   // The rank of each job (by position), and how many are this rank's.
   const std::vector<int>& owners() const { return owner_; }
   size_t n_mine() const;
+  // The number of hosts the ranks run on.
+  size_t n_hosts() const;
   // The output (rank 0) or null.
   OutputFile* output() { return out_.get(); }
 
