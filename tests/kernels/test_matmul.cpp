@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_f32_dot.h"
 #include "kernels/matmul_check.h"
 #include "quant/convert.h"
 #include "quant/quant.h"
@@ -117,16 +118,25 @@ TEST_P(MatmulTest, QuantizedDtypesOddSizes) {
   }
 }
 
-// Every m of the fused dot kernels (bf16: m <= kBf16DotMaxM; f32 and bf16
+// The m of the fused dot kernels (bf16: m <= kBf16DotMaxM; f32 and bf16
 // without bf16 products: m <= kF32DotMaxM, in strips of kF32DotRows weight
-// rows) for every weight dtype: n a whole number of strips and not, rows read
-// in place (k whole vectors) and through the stage (a tail, padded rows).
+// rows): 1 to 17 and either side of kF32DotMaxM, for every weight dtype: n a whole number of strips
+// and not, rows read in place (k whole vectors) and through the stage (a tail, padded rows).
+std::vector<int64_t> small_ms() {
+  std::vector<int64_t> ms;
+  for (int64_t m = 1; m <= 17; ++m) ms.push_back(m);
+  for (int64_t m : {kF32DotMaxM - 1, kF32DotMaxM, kF32DotMaxM + 1}) {
+    if (m > 17) ms.push_back(m);
+  }
+  return ms;
+}
+
 void small_m_every_m(ComputeType c, uint32_t seed) {
   MatmulCache cache;
   for (DType t : weight_dtypes()) {
     const int64_t g = dtype_info(t).block_elems;
     for (int64_t k : is_quantized(t) ? std::vector<int64_t>{3 * g} : std::vector<int64_t>{77, 80}) {
-      for (int64_t m = 1; m <= 17; ++m) {
+      for (int64_t m : small_ms()) {
         for (int64_t n : {1, 2, 37, 40}) {
           const size_t w_pad = m == 5 ? static_cast<size_t>(dtype_info(t).block_bytes) : 0;
           run_case(cache, t, c, {m, n, k, n == 37, w_pad, m % 3, 1}, seed++);
