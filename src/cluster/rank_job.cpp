@@ -56,7 +56,7 @@ class RankJob::Sink final : public RecordSink {
     const uint64_t i = index;
     std::string payload(sizeof i, '\0');
     std::memcpy(payload.data(), &i, sizeof i);
-    payload += record.dump();
+    payload += record.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);  // as OutputFile
     world_.send(0, kTagRecord, payload);
   }
 
@@ -181,10 +181,6 @@ size_t RankJob::n_hosts() const {
   return std::set<std::string>(hosts_.begin(), hosts_.end()).size();
 }
 
-size_t RankJob::n_mine() const {
-  return static_cast<size_t>(std::count(owner_.begin(), owner_.end(), world_.rank()));
-}
-
 void RankJob::first_on_host_then_others(const std::function<void()>& fn) {
   std::vector<int> here;  // the ranks of this host
   for (int r = 0; r < world_.size(); ++r) {
@@ -205,7 +201,7 @@ RecordSink& RankJob::sink() {
 
 std::vector<nlohmann::ordered_json> RankJob::finish_ranks(const nlohmann::ordered_json& report) {
   if (world_.rank() != 0) {
-    world_.send(0, kTagDone, report.dump());
+    world_.send(0, kTagDone, report.dump(-1, ' ', false, OrderedJson::error_handler_t::replace));
     // Rank 0 says when the job is over; waiting sleeps, so it costs no core.
     world_.wait_for(0, kTagBye, -1);
     return {};

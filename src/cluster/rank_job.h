@@ -51,9 +51,8 @@ class RankJob {
   RankJob(const RankJob&) = delete;
   RankJob& operator=(const RankJob&) = delete;
 
-  // The rank of each job (by position), and how many are this rank's.
+  // The rank of each job (by position).
   const std::vector<int>& owners() const { return owner_; }
-  size_t n_mine() const;
   // The number of hosts the ranks run on.
   size_t n_hosts() const;
   // The output (rank 0) or null.
