@@ -5,8 +5,8 @@
 // The prompts still to compute (not recorded by an earlier, interrupted run
 // and not skipped) go, largest first, each to the rank with the least work
 // so far (ties: the lowest rank); a prompt's work is its prompt tokens plus
-// the tokens it may generate. Prompts are kept in input order within a
-// share; the driver then sorts each share into blocks as in one process.
+// the tokens it may generate. The driver then sorts each rank's share into
+// blocks as in one process.
 // Skipped prompts and recorded ones belong to rank 0 (it writes the output).
 #pragma once
 
