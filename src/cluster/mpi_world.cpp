@@ -27,15 +27,7 @@ std::string this_host() {
 }
 
 #if STRATA_HAVE_MPI
-// Between two tests of a request: short enough not to delay a message much,
-// long enough that a waiting rank takes no core from one that computes.
-constexpr auto kPollSleep = std::chrono::milliseconds(2);
-
 constexpr auto kFinalizeTimeout = std::chrono::seconds(120);
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 void check(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
@@ -47,10 +39,6 @@ void check(int rc, const char* call) {
 #endif
 
 }  // namespace
-
-bool mpi_built() {
-  return STRATA_HAVE_MPI != 0;
-}
 
 bool launched_by_mpi() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
@@ -179,9 +167,8 @@ std::optional<MpiWorld::Message> MpiWorld::poll() {
   return receive(status);
 }
 
-std::optional<MpiWorld::Message> MpiWorld::wait_for(int source, int tag, double timeout_s) {
+MpiWorld::Message MpiWorld::wait_for(int source, int tag) {
   STRATA_ASSERT(joined_);
-  const double t0 = now_s();
   for (;;) {
     {
       std::lock_guard lock(mutex_);
@@ -190,8 +177,7 @@ std::optional<MpiWorld::Message> MpiWorld::wait_for(int source, int tag, double 
       check(MPI_Iprobe(source, tag, MPI_COMM_WORLD, &flag, &status), "MPI_Iprobe");
       if (flag) return receive(status);
     }
-    if (timeout_s >= 0 && now_s() - t0 > timeout_s) return std::nullopt;
-    std::this_thread::sleep_for(kPollSleep);
+    std::this_thread::sleep_for(kPollInterval);
   }
 }
 
@@ -230,9 +216,9 @@ std::optional<MpiWorld::Message> MpiWorld::poll() {
   return std::nullopt;
 }
 
-std::optional<MpiWorld::Message> MpiWorld::wait_for(int, int, double) {
+MpiWorld::Message MpiWorld::wait_for(int, int) {
   STRATA_ASSERT_MSG(false, "MpiWorld::wait_for in a world of one process");
-  return std::nullopt;
+  return {};
 }
 
 void MpiWorld::abort(int code) {

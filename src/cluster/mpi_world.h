@@ -12,6 +12,7 @@
 // messages while another sends.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -20,9 +21,6 @@
 #include <vector>
 
 namespace strata {
-
-// True when this build has MPI.
-bool mpi_built();
 
 // True when the environment says an MPI launcher started this process
 // (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK or PMI_SIZE set).
@@ -65,9 +63,13 @@ class MpiWorld {
   };
   // The next message that has arrived, from any rank, or none.
   std::optional<Message> poll();
-  // Waits for a message with `tag` from `source`; none after `timeout_s`
-  // (a negative timeout waits for ever). Messages with other tags stay queued.
-  std::optional<Message> wait_for(int source, int tag, double timeout_s);
+  // Waits for a message with `tag` from `source`, testing every
+  // kPollInterval; messages with other tags stay queued.
+  Message wait_for(int source, int tag);
+  // Between two tests of a request: short enough not to delay a message
+  // much, long enough that a waiting rank takes no core from one that
+  // computes.
+  static constexpr std::chrono::milliseconds kPollInterval{2};
 
   // Ends every rank of the job with exit status `code` (does not return).
   [[noreturn]] void abort(int code);

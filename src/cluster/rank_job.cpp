@@ -96,7 +96,7 @@ class RankJob::Sink final : public RecordSink {
       while (!stop_) {
         auto m = world_.poll();
         if (!m) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          std::this_thread::sleep_for(MpiWorld::kPollInterval);
           continue;
         }
         if (m->tag == kTagRecord) {
@@ -187,7 +187,7 @@ void RankJob::first_on_host_then_others(const std::function<void()>& fn) {
     if (hosts_[static_cast<size_t>(r)] == world_.host()) here.push_back(r);
   }
   STRATA_ASSERT(!here.empty());
-  if (here.front() != world_.rank()) world_.wait_for(here.front(), kTagTurn, -1);
+  if (here.front() != world_.rank()) world_.wait_for(here.front(), kTagTurn);
   fn();
   if (here.front() == world_.rank()) {
     for (size_t k = 1; k < here.size(); ++k) world_.send(here[k], kTagTurn, "");
@@ -203,7 +203,7 @@ std::vector<nlohmann::ordered_json> RankJob::finish_ranks(const nlohmann::ordere
   if (world_.rank() != 0) {
     world_.send(0, kTagDone, report.dump(-1, ' ', false, OrderedJson::error_handler_t::replace));
     // Rank 0 says when the job is over; waiting sleeps, so it costs no core.
-    world_.wait_for(0, kTagBye, -1);
+    world_.wait_for(0, kTagBye);
     return {};
   }
   std::vector<nlohmann::ordered_json> reports = sink_->take_reports();
