@@ -94,6 +94,7 @@ int run(const Options& o) {
   gen.max_new_tokens = static_cast<int32_t>(o.gen_len);
   gen.ignore_eos = true;
   o.speculation.apply(eo, gen);
+  const DraftSetup draft = o.speculation.make_drafter(eo, *tokenizer);
   eo.prefix_sharing = !o.no_prefix_sharing;
   RunShape shape;
   shape.max_prompt = o.prompt_len;
@@ -108,13 +109,13 @@ int run(const Options& o) {
                      static_cast<int32_t>(o.gen_len), o.shared_prefix);
   for (int w = 0; w < o.warmup; ++w) {
     spdlog::info("bench: warm-up run {}/{}", w + 1, o.warmup);
-    run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
+    run_jobs(*engine, *tokenizer, jobs, gen, nullptr, draft.drafter.get());
   }
 
   std::vector<RunReport> runs;
   for (int r = 0; r < o.repeats; ++r) {
     const EngineStats before = engine->stats();
-    const RunSummary s = run_jobs(*engine, *tokenizer, jobs, gen, nullptr);
+    const RunSummary s = run_jobs(*engine, *tokenizer, jobs, gen, nullptr, draft.drafter.get());
     const EngineStats measured = stats_since(engine->stats(), before);
     RunReport rep = plan_report(plan, *model, o.model, eo, static_cast<double>(o.prompt_len),
                                 o.gen_len, measured_speculation(measured, s.n_sequences));
@@ -126,6 +127,7 @@ int run(const Options& o) {
                  rep.to_json().value("total_tokens_per_s", 0.0));
     runs.push_back(std::move(rep));
   }
+  draft.log_stats();
   auto total_rate = [](const RunReport& r) { return r.to_json().value("total_tokens_per_s", 0.0); };
   std::vector<size_t> order(runs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;

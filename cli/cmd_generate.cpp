@@ -116,6 +116,7 @@ int run(const Options& o, MpiWorld& world) {
   eo.offload_dir = offload.offload_dir;
   o.compression.apply(eo);
   o.speculation.apply(eo, gen);
+  const DraftSetup draft = o.speculation.make_drafter(eo, *tokenizer);
   eo.prefix_sharing = !o.no_prefix_sharing;
   // Compression changes the completions: a resumed run must use the same.
   const std::string dtype(dtype_name(eo.compute_dtype));
@@ -178,7 +179,8 @@ int run(const Options& o, MpiWorld& world) {
     plan_and_build();
   }
   RecordSink& sink = rank_job ? rank_job->sink() : *single_out;
-  const RunSummary summary = run_jobs(*engine, *tokenizer, jobs, gen, &sink);
+  const RunSummary summary = run_jobs(*engine, *tokenizer, jobs, gen, &sink, draft.drafter.get());
+  draft.log_stats();
 
   RunReport report = plan_report(plan, *model, o.model, eo, shape.mean_prompt, shape.gen,
                                  measured_speculation(engine->stats(), summary.n_sequences));

@@ -1,49 +1,84 @@
 // The speculative decoding flags of generate and bench:
-//   --speculate none|ngram [--speculate-tokens K]
+//   --speculate none|ngram|model [--speculate-tokens K] [--draft-model PATH]
 // and how they set EngineOptions and GenerateOptions. "ngram" proposes, per
 // sequence and step, the K tokens that followed the sequence's last few
 // tokens where they occur earlier in its prompt or output (prompt lookup,
-// generate/ngram_draft.h); the engine verifies them in the same pass over
-// the weights as the sequence's next token. The output is that of decoding
-// without speculation (greedy and sampled alike); only the speed changes.
+// generate/ngram_draft.h); "model" the K tokens a small draft model with
+// the same tokenizer chooses greedily (draft/draft_model.h). The engine
+// verifies them in the same pass over the weights as the sequence's next
+// token. The output is that of decoding without speculation (greedy and
+// sampled alike); only the speed changes.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include <memory>
 #include <string>
 
 #include "core/error.h"
+#include "draft/draft_model.h"
 #include "generate/driver.h"
 #include "generate/engine.h"
 #include "offload/engine_options.h"
 
+namespace strata {
+class Model;
+class Tokenizer;
+}  // namespace strata
+
 namespace strata::cli {
+
+// A loaded draft model and what proposes with it.
+struct DraftSetup {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<DraftModel> drafter;  // declared after the model: destroyed first
+  DraftSetup();
+  DraftSetup(DraftSetup&&) noexcept;
+  ~DraftSetup();
+  // Logs what the draft model computed.
+  void log_stats() const;
+};
 
 struct SpeculationFlags {
   std::string kind = "none";
   int tokens = 4;
+  std::string draft_model;
 
   void add(CLI::App& sub) {
     sub.add_option("--speculate", kind,
-                   "Speculative decoding: none, or ngram (draft tokens by prompt lookup, "
-                   "verified in the same pass over the weights; the output is unchanged)")
-        ->check(CLI::IsMember({"none", "ngram"}))
+                   "Speculative decoding: none; ngram (draft tokens by prompt lookup) or model "
+                   "(a draft model's greedy tokens, --draft-model), verified in the same pass "
+                   "over the weights; the output is unchanged")
+        ->check(CLI::IsMember({"none", "ngram", "model"}))
         ->capture_default_str();
     sub.add_option("--speculate-tokens", tokens,
                    "With --speculate: draft tokens verified per sequence and step (1 to " +
                        std::to_string(kMaxDraftTokens) + ")")
         ->capture_default_str();
+    sub.add_option("--draft-model", draft_model,
+                   "With --speculate model: the draft model (GGUF file or Hugging Face "
+                   "directory) with the model's tokenizer, e.g. a quantized copy of a smaller "
+                   "model of its family; it runs on the CPU from RAM with its own KV cache");
   }
 
   // Sets the engine's draft limit and the driver's proposals (both 0 for
   // none). The engine checks the upper limit (validated_options); 0 would
   // mean none there, so it is refused here.
   void apply(EngineOptions& eo, GenerateOptions& gen) const {
+    if (kind != "model" && !draft_model.empty())
+      fail("--draft-model {}: use it with --speculate model", draft_model);
+    if (kind == "model" && draft_model.empty()) fail("--speculate model needs --draft-model PATH");
     if (kind == "none") return;
     if (tokens < 1) fail("--speculate-tokens {}: use 1 to {}", tokens, kMaxDraftTokens);
     eo.max_draft_tokens = tokens;
     gen.speculate_tokens = tokens;
   }
+
+  // With --speculate model: loads the draft model, checks that its
+  // tokenizer is the target's (`tokenizer`) and makes its drafter, which
+  // computes in `eo`'s compute dtype; an empty setup otherwise (the driver
+  // proposes by prompt lookup). Throws Error naming the draft model.
+  DraftSetup make_drafter(const EngineOptions& eo, const Tokenizer& tokenizer) const;
 };
 
 }  // namespace strata::cli

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "generate/chat_template.h"
+#include "generate/drafter.h"
 #include "generate/ngram_draft.h"
 #include "generate/openai_response.h"
 #include "generate/stop.h"
@@ -268,8 +269,14 @@ OrderedJson make_record(const Job& job, const std::string& completion,
 }
 
 RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const Job> jobs,
-                    const GenerateOptions& options, RecordSink* out) {
+                    const GenerateOptions& options, RecordSink* out, Drafter* drafter) {
   RunSummary summary;
+  // Speculation proposes by prompt lookup unless the caller brings a drafter.
+  NgramDrafter ngram;
+  Drafter* const drafts = options.speculate_tokens > 0 ? (drafter ? drafter : &ngram) : nullptr;
+  std::vector<Drafter::Request> requests;
+  std::vector<size_t> asking;  // the first row of each request's sequence
+  std::vector<std::vector<int32_t>> proposals;
   auto done_before = [&](size_t i) { return out && out->is_done(jobs[i].index); };
 
   // Skipped prompts get their record before any compute.
@@ -317,6 +324,7 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
       }
     }
     summary.n_sequences += static_cast<int64_t>(seqs.size());
+    if (drafts) drafts->begin_block(seqs, options.speculate_tokens);
     engine.run_block(seqs, [&](int /*step*/, std::span<const int32_t> active, const float* logits,
                                std::span<SeqAction> actions) {
       STRATA_ASSERT(actions.size() == active.size());
@@ -352,7 +360,8 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
           }
           ++summary.n_prompts;
           ++n_done;
-        } else if (options.speculate_tokens > 0) {
+          if (drafts) drafts->finished(active[r]);
+        } else if (drafts) {
           // Longer drafts while they are all accepted, shorter after a
           // rejection: rows that are rejected cost compute.
           if (n > 1) {
@@ -360,9 +369,25 @@ RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const 
                                ? std::min(options.speculate_tokens, st.draft_len + 2)
                                : std::max(1, st.draft_len - 1);
           }
-          st.draft = ngram_draft(st.context, st.draft_len);
-          action.draft = st.draft;
+          requests.push_back({active[r], st.context, st.draft_len});
+          asking.push_back(r);
         }
+      }
+      // Every sequence that goes on asks in one call (a draft model runs
+      // them as one batch).
+      if (!requests.empty()) {
+        proposals.resize(requests.size());
+        drafts->propose(requests, std::span(proposals).first(requests.size()));
+        for (size_t i = 0; i < requests.size(); ++i) {
+          SeqState& st = states[static_cast<size_t>(requests[i].seq)];
+          std::vector<int32_t>& d = proposals[i];
+          if (static_cast<int64_t>(d.size()) > requests[i].k)
+            d.resize(static_cast<size_t>(requests[i].k));
+          st.draft = d;
+          actions[asking[i]].draft = std::move(d);
+        }
+        requests.clear();
+        asking.clear();
       }
       progress.update(n_done, summary.generated_tokens);
     });

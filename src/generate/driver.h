@@ -14,7 +14,8 @@
 //      the OutputFile at once. At the end OUTPUT is written in input order.
 //      With speculation a sequence's step has a row per fed token: the
 //      rows are sampled in order while each choice confirms the next draft
-//      token, then new draft tokens are proposed (prompt lookup).
+//      token, then every sequence that goes on asks the drafter
+//      (generate/drafter.h: prompt lookup or a draft model) in one call.
 //
 // Prompts longer than the context: by default an Error naming the prompt id
 // and the lengths; with skip_long a warning, and the prompt's record says
@@ -55,6 +56,7 @@
 
 namespace strata {
 
+class Drafter;
 class Model;
 class Tokenizer;
 
@@ -85,7 +87,7 @@ struct GenerateOptions {
   bool progress = false;              // progress line on stderr
   std::string response_model;         // the model's name in OpenAI answers
   std::string chat_template_file;     // --chat-template: overrides the model's template
-  // Speculative decoding by prompt lookup (generate/ngram_draft.h): draft
+  // Speculative decoding (run_jobs' drafter; prompt lookup by default): draft
   // tokens proposed per sequence and step, verified by the engine (at most
   // EngineOptions::max_draft_tokens of them); 0: none. The records are the
   // same as without: every token is still the sampler's choice from the
@@ -136,9 +138,11 @@ struct RunSummary {
 };
 
 // Step 3. Runs every job that `out` has not recorded yet (out may be null:
-// bench, nothing is written), then finishes `out`.
+// bench, nothing is written), then finishes `out`. With
+// options.speculate_tokens > 0 the drafts come from `drafter`, or from
+// prompt lookup (NgramDrafter) when it is null.
 RunSummary run_jobs(Engine& engine, const Tokenizer& tokenizer, std::span<const Job> jobs,
-                    const GenerateOptions& options, RecordSink* out);
+                    const GenerateOptions& options, RecordSink* out, Drafter* drafter = nullptr);
 
 // `n_prompts` synthetic jobs for bench: `prompt_len` token ids each, drawn
 // deterministically (fixed seed) from the vocabulary without special tokens,

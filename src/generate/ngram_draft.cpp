@@ -20,4 +20,9 @@ std::vector<int32_t> ngram_draft(std::span<const int32_t> context, int64_t k) {
   return {};
 }
 
+void NgramDrafter::propose(std::span<const Request> requests, std::span<std::vector<int32_t>> out) {
+  for (size_t i = 0; i < requests.size(); ++i)
+    out[i] = ngram_draft(requests[i].context, requests[i].k);
+}
+
 }  // namespace strata

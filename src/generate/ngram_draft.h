@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "generate/drafter.h"
+
 namespace strata {
 
 // The longest and shortest suffixes prompt lookup matches: a longer match
@@ -23,5 +25,13 @@ inline constexpr int64_t kNgramMax = 4, kNgramMin = 3;
 // occurs); empty when none occurs. The occurrence may overlap the suffix
 // (a repeating pattern continues).
 std::vector<int32_t> ngram_draft(std::span<const int32_t> context, int64_t k);
+
+// ngram_draft as a Drafter: it keeps nothing between steps.
+class NgramDrafter final : public Drafter {
+ public:
+  void begin_block(std::span<const SeqInput>, int64_t) override {}
+  void propose(std::span<const Request> requests, std::span<std::vector<int32_t>> out) override;
+  void finished(int32_t) override {}
+};
 
 }  // namespace strata

@@ -170,6 +170,8 @@ TEST(CliGenerate, PrefixSharingWritesTheRecordsOfARunWithout) {
   }
 }
 
+// Prompt lookup and a draft model (the model itself: greedy, it proposes
+// the model's own tokens) change no record, greedy or sampled.
 TEST(CliGenerate, SpeculationWritesTheRecordsOfARunWithout) {
   ScratchDir dir;
   write_text(dir.file("p.txt"),
@@ -178,44 +180,60 @@ TEST(CliGenerate, SpeculationWritesTheRecordsOfARunWithout) {
              "a b c d e f g a b c d e f g a b c\n");
   for (const char* temperature : {"0", "0.8"}) {
     std::vector<std::string> outputs;
-    for (const char* spec : {"none", "ngram"}) {
-      const std::string out = dir.file(std::string("out-") + spec + temperature + ".jsonl");
-      const auto r = run_strata({"generate",
-                                 "--model",
-                                 kLlama,
-                                 "--prompts",
-                                 dir.file("p.txt"),
-                                 "--output",
-                                 out,
-                                 "--max-new-tokens",
-                                 "64",
-                                 "--ids",
-                                 "--batch-size",
-                                 "3",
-                                 "--compute-dtype",
-                                 "f32",
-                                 "--temperature",
-                                 temperature,
-                                 "--seed",
-                                 "3",
-                                 "--speculate",
-                                 spec,
-                                 "--speculate-tokens",
-                                 "5",
-                                 "--report",
-                                 out + ".report"},
-                                dir.path());
+    for (const std::string spec : {"none", "ngram", "model"}) {
+      const std::string out = dir.file("out-" + spec + temperature + ".jsonl");
+      std::vector<std::string> args = {"generate",
+                                       "--model",
+                                       kLlama,
+                                       "--prompts",
+                                       dir.file("p.txt"),
+                                       "--output",
+                                       out,
+                                       "--max-new-tokens",
+                                       "64",
+                                       "--ids",
+                                       "--batch-size",
+                                       "3",
+                                       "--compute-dtype",
+                                       "f32",
+                                       "--temperature",
+                                       temperature,
+                                       "--seed",
+                                       "3",
+                                       "--speculate",
+                                       spec,
+                                       "--speculate-tokens",
+                                       "5",
+                                       "--report",
+                                       out + ".report"};
+      if (spec == "model") {
+        args.push_back("--draft-model");
+        args.push_back(kLlama);
+      }
+      const auto r = run_strata(args, dir.path());
       ASSERT_EQ(r.exit_code, 0) << r.err;
       outputs.push_back(read_text(out));
       const auto report = nlohmann::json::parse(read_text(out + ".report"));
       EXPECT_EQ(report["generated_tokens"], 3 * 64);
+      const auto drafted = report["drafted_tokens"].get<int64_t>();
+      const auto accepted = report["accepted_tokens"].get<int64_t>();
       // The tiny random model repeats itself a little when greedy.
-      if (std::string(spec) == "ngram" && std::string(temperature) == "0") {
-        EXPECT_GT(report["drafted_tokens"].get<int64_t>(), 0);
+      if (spec == "ngram" && std::string(temperature) == "0") {
+        EXPECT_GT(drafted, 0);
         EXPECT_NE(r.out.find("speculation"), std::string::npos) << r.out;
+      }
+      if (spec == "model") {
+        EXPECT_GT(drafted, 3 * 64 / 2) << "the draft model proposed little";
+        if (std::string(temperature) == "0") {
+          EXPECT_EQ(accepted, drafted) << "the model's own greedy tokens were rejected";
+        } else {
+          EXPECT_LT(accepted, drafted) << "sampled, yet every greedy draft was kept";
+        }
+        EXPECT_NE(r.err.find("draft model:"), std::string::npos) << r.err;
       }
     }
     EXPECT_EQ(outputs[0], outputs[1]) << "temperature " << temperature;
+    EXPECT_EQ(outputs[0], outputs[2]) << "temperature " << temperature;
   }
   const auto bad =
       run_strata({"generate", "--model", kLlama, "--prompts", dir.file("p.txt"), "--output",
@@ -228,6 +246,32 @@ TEST(CliGenerate, SpeculationWritesTheRecordsOfARunWithout) {
                                dir.path());
   EXPECT_EQ(zero.exit_code, 1);
   EXPECT_NE(zero.err.find("--speculate-tokens 0"), std::string::npos) << zero.err;
+}
+
+// A draft model missing, unasked for, or with another tokenizer: one line,
+// exit 1, no output.
+TEST(CliGenerate, DraftModelMistakesAreRefused) {
+  ScratchDir dir;
+  write_text(dir.file("p.txt"), "one two three\n");
+  const std::string kOpt = test_data("models/opt");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--speculate", "model"}, "--speculate model needs --draft-model PATH"},
+      {{"--speculate", "ngram", "--draft-model", kLlama}, "use it with --speculate model"},
+      {{"--draft-model", kLlama}, "use it with --speculate model"},
+      {{"--speculate", "model", "--draft-model", kOpt}, "--draft-model " + kOpt + ": "},
+      {{"--speculate", "model", "--draft-model", dir.file("none")}, dir.file("none")},
+  };
+  for (const auto& [extra, message] : cases) {
+    std::vector<std::string> args = {"generate",         "--model",         kLlama,
+                                     "--prompts",        dir.file("p.txt"), "--output",
+                                     dir.file("o.jsonl")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_strata(args, dir.path());
+    EXPECT_EQ(r.exit_code, 1) << message;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("o.jsonl"))) << message;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("o.jsonl.partial"))) << message;
+  }
 }
 
 TEST(CliBench, ExactlyGenLenTokensPerPrompt) {

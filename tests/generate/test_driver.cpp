@@ -13,6 +13,7 @@
 #include "generate/chat_template.h"
 #include "generate/driver.h"
 #include "generate/generate_test_util.h"
+#include "generate/ngram_draft.h"
 #include "generate/perplexity.h"
 #include "generate/report.h"
 
@@ -54,12 +55,12 @@ OutputIdentity identity_for(const PromptFile& pf, const GenerateOptions& o, size
 
 // What `strata generate` does after loading the model.
 RunSummary run_file(const std::string& prompts, const std::string& output, const GenerateOptions& o,
-                    FakeEngine& engine) {
+                    FakeEngine& engine, Drafter* drafter = nullptr) {
   const Tokenizer& tok = fixture_tokenizer();
   const PromptFile pf = read_prompt_file(prompts);
   const std::vector<Job> jobs = prepare_jobs(pf, tok, engine.config().n_ctx, o, "fixture-model");
   OutputFile out(output, identity_for(pf, o, jobs.size()));
-  return run_jobs(engine, tok, jobs, o, &out);
+  return run_jobs(engine, tok, jobs, o, &out, drafter);
 }
 
 std::vector<nlohmann::ordered_json> records(const std::string& path) {
@@ -281,6 +282,77 @@ TEST(Driver, SpeculationKeepsTheRecordsOfDecodingWithout) {
       }
     }
   }
+}
+
+// A drafter that proposes by prompt lookup and checks how the driver uses
+// it: a block begins before it is asked, every sequence that goes on asks
+// once per step, in one call, and each sequence of a block finishes once.
+// It proposes one token too many (the driver keeps k).
+class CheckingDrafter final : public Drafter {
+ public:
+  void begin_block(std::span<const SeqInput> seqs, int64_t max_draft) override {
+    EXPECT_EQ(finished_.size(), live_.size()) << "a block began before the last one finished";
+    live_.assign(seqs.size(), true);
+    finished_.clear();
+    max_draft_ = max_draft;
+    ++blocks;
+  }
+  void propose(std::span<const Request> requests, std::span<std::vector<int32_t>> out) override {
+    ++calls;
+    std::vector<bool> asked(live_.size(), false);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const auto s = static_cast<size_t>(requests[i].seq);
+      EXPECT_TRUE(live_.at(s)) << "a finished sequence asked";
+      EXPECT_FALSE(asked[s]) << "a sequence asked twice in one call";
+      asked[s] = true;
+      EXPECT_GE(requests[i].k, 1);
+      EXPECT_LE(requests[i].k, max_draft_);
+      out[i] = ngram_draft(requests[i].context, requests[i].k + 1);
+      ++requests_seen;
+    }
+    // Every live sequence asks (none finished in this step is left out).
+    for (size_t s = 0; s < live_.size(); ++s) {
+      if (live_[s]) EXPECT_TRUE(asked[s]) << "live sequence " << s << " did not ask";
+    }
+  }
+  void finished(int32_t seq) override {
+    EXPECT_TRUE(live_.at(static_cast<size_t>(seq))) << "sequence " << seq << " finished twice";
+    live_.at(static_cast<size_t>(seq)) = false;
+    finished_.push_back(seq);
+  }
+  int64_t blocks = 0, calls = 0, requests_seen = 0;
+
+ private:
+  std::vector<bool> live_;
+  std::vector<int32_t> finished_;
+  int64_t max_draft_ = 0;
+};
+
+TEST(Driver, ADrafterIsAskedOnceAStepForEverySequenceThatGoesOn) {
+  ScratchDir dir;
+  write_text(dir.file("p.txt"), kPrompts);
+  auto make = [&](int64_t max_draft) {
+    auto e = std::make_unique<FakeEngine>(vocab(), 2);
+    e->favourite = [](const std::vector<int32_t>& t) {
+      return t.size() >= 5 ? t[t.size() - 5] : t.back();
+    };
+    e->max_draft = max_draft;
+    return e;
+  };
+  GenerateOptions o = greedy(30);
+  o.stop = {"fox brown fox brown fox b"};
+  auto ref_engine = make(0);
+  run_file(dir.file("p.txt"), dir.file("ref.jsonl"), o, *ref_engine);
+  o.speculate_tokens = 3;
+  auto e = make(3);
+  CheckingDrafter drafter;
+  run_file(dir.file("p.txt"), dir.file("out.jsonl"), o, *e, &drafter);
+  EXPECT_EQ(read_text(dir.file("out.jsonl")), read_text(dir.file("ref.jsonl")));
+  EXPECT_EQ(drafter.blocks, 3);  // 6 prompts, blocks of 2
+  EXPECT_LE(drafter.calls, e->n_steps);
+  EXPECT_GT(drafter.requests_seen, drafter.calls) << "sequences of a step asked one at a time";
+  EXPECT_GT(e->stats().accepted_tokens, 0);
+  EXPECT_LT(e->n_steps, ref_engine->n_steps);
 }
 
 // The rates the cost model is given for a speculative run: per sequence

@@ -1,0 +1,39 @@
+// The draft model of --speculate model (speculation_flags.h).
+#include "cli/speculation_flags.h"
+
+#include "core/log.h"
+#include "generate/driver.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::cli {
+
+DraftSetup::DraftSetup() = default;
+DraftSetup::DraftSetup(DraftSetup&&) noexcept = default;
+DraftSetup::~DraftSetup() = default;
+
+void DraftSetup::log_stats() const {
+  if (!drafter) return;
+  const DraftStats& s = drafter->stats();
+  spdlog::info("draft model: {} tokens proposed, {} passes over {} tokens, {:.2f} s", s.proposed,
+               s.passes, s.fed_tokens, s.seconds);
+}
+
+DraftSetup SpeculationFlags::make_drafter(const EngineOptions& eo,
+                                          const Tokenizer& tokenizer) const {
+  DraftSetup d;
+  if (kind != "model") return d;
+  d.model = Model::open(draft_model);
+  check_same_vocabulary(tokenizer, *tokenizer_for(*d.model), draft_model);
+  DraftModelOptions o;
+  o.compute = eo.compute_dtype;
+  o.threads = eo.threads;
+  o.n_sample = tokenizer.n_vocab();
+  d.drafter = std::make_unique<DraftModel>(*d.model, o);
+  if (eo.device != "cpu") {
+    spdlog::info("--draft-model {}: the draft model computes on the CPU", draft_model);
+  }
+  return d;
+}
+
+}  // namespace strata::cli
