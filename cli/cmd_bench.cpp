@@ -115,6 +115,7 @@ int run(const Options& o) {
   std::vector<RunReport> runs;
   for (int r = 0; r < o.repeats; ++r) {
     const EngineStats before = engine->stats();
+    const double draft_before = draft.seconds();
     const RunSummary s = run_jobs(*engine, *tokenizer, jobs, gen, nullptr, draft.drafter.get());
     const EngineStats measured = stats_since(engine->stats(), before);
     RunReport rep = plan_report(plan, *model, o.model, eo, static_cast<double>(o.prompt_len),
@@ -123,6 +124,7 @@ int run(const Options& o) {
     rep.n_sequences = s.n_sequences;
     rep.total_s = s.total_s;
     rep.engine = measured;
+    rep.draft_s = draft.seconds() - draft_before;
     spdlog::info("bench: run {}/{}: {:.1f} tokens/s", r + 1, o.repeats,
                  rep.to_json().value("total_tokens_per_s", 0.0));
     runs.push_back(std::move(rep));

@@ -190,6 +190,7 @@ int run(const Options& o, MpiWorld& world) {
   report.n_sequences = summary.n_sequences;
   report.total_s = summary.total_s;
   report.engine = engine->stats();
+  report.draft_s = draft.seconds();
   if (rank_job) {
     nlohmann::ordered_json mine = report.to_json();
     mine["rank"] = world.rank();

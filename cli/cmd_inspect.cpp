@@ -51,7 +51,8 @@ TokenizerSummary tokenizer_summary(const Model& model) {
     t.source = g->path();
     if (auto m = g->get_string("tokenizer.ggml.model")) t.kind = std::string(*m);
     if (auto pre = g->get_string("tokenizer.ggml.pre")) t.pre = std::string(*pre);
-    if (const GgufValue* tokens = g->find("tokenizer.ggml.tokens"); tokens && tokens->type == GgufType::kArray) {
+    if (const GgufValue* tokens = g->find("tokenizer.ggml.tokens");
+        tokens && tokens->type == GgufType::kArray) {
       t.n_tokens = static_cast<int64_t>(tokens->n_elems);
     }
     return t;
@@ -62,13 +63,15 @@ TokenizerSummary tokenizer_summary(const Model& model) {
   if (fs::is_regular_file(tj, ec)) {
     t.source = tj.string();
     const Json j = read_json_file(t.source, "tokenizer");
-    if (!j.is_object()) fail("{}: the tokenizer is {}, expected a JSON object", t.source, json_type_name(j));
+    if (!j.is_object())
+      fail("{}: the tokenizer is {}, expected a JSON object", t.source, json_type_name(j));
     auto m = j.find("model");
     if (m == j.end() || !m->is_object()) fail("{}: the tokenizer has no 'model' object", t.source);
     auto type = m->find("type");
     t.kind = type != m->end() && type->is_string() ? type->get<std::string>() : "BPE";
     if (auto pre = j.find("pre_tokenizer"); pre != j.end()) t.pre = pre_tokenizer_name(*pre);
-    if (auto vocab = m->find("vocab"); vocab != m->end() && (vocab->is_object() || vocab->is_array())) {
+    if (auto vocab = m->find("vocab");
+        vocab != m->end() && (vocab->is_object() || vocab->is_array())) {
       t.n_tokens = static_cast<int64_t>(vocab->size());
       // Added tokens not already in the vocabulary (ids past it) count too.
       if (auto added = j.find("added_tokens"); added != j.end() && added->is_array()) {
@@ -108,14 +111,18 @@ std::string biases_str(const ModelConfig& c) {
 
 std::string rope_scaling_str(const RopeScaling& r, const ModelConfig& c) {
   if (!c.rope_freq_factors.empty()) {
-    return fmt::format("per-dimension factors ({} from rope_freqs.weight)", c.rope_freq_factors.size());
+    return fmt::format("per-dimension factors ({} from rope_freqs.weight)",
+                       c.rope_freq_factors.size());
   }
   switch (r.type) {
-    case RopeScaling::Type::kNone: return "none";
-    case RopeScaling::Type::kLinear: return fmt::format("linear, factor {}", r.factor);
+    case RopeScaling::Type::kNone:
+      return "none";
+    case RopeScaling::Type::kLinear:
+      return fmt::format("linear, factor {}", r.factor);
     case RopeScaling::Type::kLlama3:
-      return fmt::format("llama3, factor {}, low_freq_factor {}, high_freq_factor {}, original context {}",
-                         r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position);
+      return fmt::format(
+          "llama3, factor {}, low_freq_factor {}, high_freq_factor {}, original context {}",
+          r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position);
   }
   return "unknown";
 }
@@ -176,7 +183,8 @@ void print_text(const Model& model, const TokenizerSummary& tok) {
   line("model", d.path);
   line("format", fmt::format("{} ({} file{}, {})",
                              d.format == ModelFormat::kGguf ? "GGUF" : "Hugging Face safetensors",
-                             d.files.size(), d.files.size() == 1 ? "" : "s", format_bytes(double(file_bytes))));
+                             d.files.size(), d.files.size() == 1 ? "" : "s",
+                             format_bytes(double(file_bytes))));
   line("architecture", c.architecture);
   line("family", std::string(family_name(c.family)));
   line("layers", std::to_string(c.n_layer));
@@ -184,7 +192,8 @@ void print_text(const Model& model, const TokenizerSummary& tok) {
   line("heads", fmt::format("{} query, {} key/value{}", c.n_head, c.n_kv_head,
                             c.n_kv_head != c.n_head ? " (grouped-query)" : ""));
   line("head dim", std::to_string(c.head_dim));
-  line("intermediate size", fmt::format("{} ({}{})", c.n_ff, activation_name(c.act), c.gated_ffn ? ", gated" : ""));
+  line("intermediate size",
+       fmt::format("{} ({}{})", c.n_ff, activation_name(c.act), c.gated_ffn ? ", gated" : ""));
   line("vocab size", std::to_string(c.n_vocab));
   line("context length", std::to_string(c.n_ctx));
   if (c.learned_pos) {
@@ -197,14 +206,20 @@ void print_text(const Model& model, const TokenizerSummary& tok) {
   line("norm", fmt::format("{} (eps {})", norm_name(c.norm), c.norm_eps));
   line("biases", biases_str(c));
   line("tied embeddings", c.tie_embeddings ? "yes" : "no");
-  line("bos / eos", fmt::format("{} / {}", c.bos_id, c.eos_ids.empty() ? "none" : fmt::format("{}", fmt::join(c.eos_ids, ", "))));
+  line("bos / eos",
+       fmt::format("{} / {}", c.bos_id,
+                   c.eos_ids.empty() ? "none" : fmt::format("{}", fmt::join(c.eos_ids, ", "))));
   line("parameters", fmt::format("{} ({})", count_str(d.n_params()), d.n_params()));
   std::vector<std::string> parts;
   uint64_t total = 0;
   for (const auto& [dt, n] : d.bytes_per_dtype()) {
     // GGUF's names for the formats it shares with Strata.
     const auto t = dtype_from_name(dt);
-    const char* gguf = !t ? nullptr : *t == kQ4_0 ? "Q4_0" : *t == kQ4_1 ? "Q4_1" : *t == kQ8_0 ? "Q8_0" : nullptr;
+    const char* gguf = !t            ? nullptr
+                       : *t == kQ4_0 ? "Q4_0"
+                       : *t == kQ4_1 ? "Q4_1"
+                       : *t == kQ8_0 ? "Q8_0"
+                                     : nullptr;
     parts.push_back(gguf ? fmt::format("{} (GGUF {}) {}", dt, gguf, format_bytes(double(n)))
                          : fmt::format("{} {}", dt, format_bytes(double(n))));
     total += n;
@@ -221,7 +236,8 @@ const Command kInspect{
     [](CLI::App& sub) -> Runner {
       auto model_path = std::make_shared<std::string>();
       auto as_json = std::make_shared<bool>(false);
-      sub.add_option("--model,-m", *model_path, "Hugging Face model directory or .gguf file")->required();
+      sub.add_option("--model,-m", *model_path, "Hugging Face model directory or .gguf file")
+          ->required();
       sub.add_flag("--json", *as_json, "Print JSON instead of text");
       return [model_path, as_json]() {
         const auto model = Model::open(*model_path);

@@ -28,7 +28,8 @@ std::vector<CommandSpec>& command_registry();
 
 struct Command {
   Command(std::string name, std::string description, int order, Setup setup) {
-    command_registry().push_back({std::move(name), std::move(description), std::move(setup), order});
+    command_registry().push_back(
+        {std::move(name), std::move(description), std::move(setup), order});
   }
 };
 

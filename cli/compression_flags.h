@@ -89,10 +89,12 @@ struct CompressionFlags {
       eo.offload_dir = offload_option->as<std::string>();
     }
     if (eo.weight_dtype && eo.offload_dir.empty()) {
-      fail("--compress-weight {} needs --offload-dir DIR, where the requantized weight pack is "
-           "written (about {:.0f}% of the f16 weights' size)",
-           weight, 100.0 * dtype_info(*eo.weight_dtype).block_bytes /
-                       (2.0 * dtype_info(*eo.weight_dtype).block_elems));
+      fail(
+          "--compress-weight {} needs --offload-dir DIR, where the requantized weight pack is "
+          "written (about {:.0f}% of the f16 weights' size)",
+          weight,
+          100.0 * dtype_info(*eo.weight_dtype).block_bytes /
+              (2.0 * dtype_info(*eo.weight_dtype).block_elems));
     }
   }
 

@@ -19,6 +19,10 @@ void DraftSetup::log_stats() const {
                s.passes, s.fed_tokens, s.seconds);
 }
 
+double DraftSetup::seconds() const {
+  return drafter ? drafter->stats().seconds : 0;
+}
+
 DraftSetup SpeculationFlags::make_drafter(const EngineOptions& eo,
                                           const Tokenizer& tokenizer) const {
   DraftSetup d;

@@ -37,6 +37,8 @@ struct DraftSetup {
   ~DraftSetup();
   // Logs what the draft model computed.
   void log_stats() const;
+  // Seconds the draft model computed so far (0 without one).
+  double seconds() const;
 };
 
 struct SpeculationFlags {

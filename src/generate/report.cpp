@@ -46,12 +46,13 @@ nlohmann::ordered_json RunReport::to_json() const {
   j["prompt_tokens"] = engine.prompt_tokens;
   j["generated_tokens"] = engine.generated_tokens;
   j["prefill_s"] = engine.prefill_s;
-  j["decode_s"] = engine.decode_s;
+  j["decode_s"] = decode_s();
+  if (draft_s > 0) j["draft_s"] = draft_s;
   j["total_s"] = total_s;
   if (auto v = rate(static_cast<double>(engine.prompt_tokens), engine.prefill_s)) {
     j["prefill_tokens_per_s"] = *v;
   }
-  if (auto v = rate(static_cast<double>(decode_tokens(*this)), engine.decode_s)) {
+  if (auto v = rate(static_cast<double>(decode_tokens(*this)), decode_s())) {
     j["decode_tokens_per_s"] = *v;
   }
   if (auto v = rate(static_cast<double>(engine.generated_tokens), total_s)) {
@@ -151,8 +152,8 @@ void RunReport::print(std::FILE* out) const {
       fmt::format("{:.3f} s  {}", engine.prefill_s,
                   rate_text(rate(static_cast<double>(engine.prompt_tokens), engine.prefill_s))));
   row("decode",
-      fmt::format("{:.3f} s  {}", engine.decode_s,
-                  rate_text(rate(static_cast<double>(decode_tokens(*this)), engine.decode_s))));
+      fmt::format("{:.3f} s  {}", decode_s(),
+                  rate_text(rate(static_cast<double>(decode_tokens(*this)), decode_s()))));
   row("total", fmt::format("{:.3f} s  {}", total_s,
                            rate_text(rate(static_cast<double>(engine.generated_tokens), total_s))));
   if (engine.decode_steps > 0) {
@@ -176,6 +177,7 @@ void RunReport::print(std::FILE* out) const {
                                    100.0 * static_cast<double>(engine.accepted_tokens) /
                                        static_cast<double>(engine.drafted_tokens)));
   }
+  if (draft_s > 0) row("draft model", fmt::format("{:.3f} s of the decode", draft_s));
   for (const auto& [name, l] : engine.links) {
     auto gbs = rate(static_cast<double>(l.bytes) / 1e9, l.busy_s);
     row("link " + name,

@@ -3,7 +3,8 @@
 // memory. Printed as a table on stdout and written as JSON (--report) with
 // the stable top-level names of docs/DESIGN.md §8:
 //   model, policy, hardware, n_prompts, prompt_tokens, generated_tokens,
-//   prefill_s, decode_s, total_s, prefill_tokens_per_s, decode_tokens_per_s,
+//   prefill_s, decode_s (with draft_s, a draft model's share, when one ran),
+//   total_s, prefill_tokens_per_s, decode_tokens_per_s,
 //   total_tokens_per_s, decode_steps, prefill_tokens_computed,
 //   prefix_reused_tokens, kv_shared_bytes, drafted_tokens, accepted_tokens,
 //   links {name: {bytes, busy_s, gb_per_s}},
@@ -52,6 +53,9 @@ struct RunReport {
   int64_t n_sequences = 0;        // sequences prefilled (one first token each)
   double total_s = 0;             // wall time of the generation loop
   EngineStats engine;             // measured by the engine
+  // Speculation with a draft model: the seconds it computed, between the
+  // engine's decode steps; counted in the decode time (decode_s()).
+  double draft_s = 0;
   std::optional<PredictedThroughput> predicted;
   nlohmann::ordered_json
       extra;  // further top-level fields, after the stable ones (bench: workload, repeats)
@@ -63,6 +67,8 @@ struct RunReport {
   // both rates and suggesting a new profile; empty otherwise.
   std::string prediction_warning() const;
   static constexpr double kPredictionTolerance = 0.25;
+  // The decode time: the engine's decode steps and the draft model's work.
+  double decode_s() const { return engine.decode_s + draft_s; }
 
   nlohmann::ordered_json to_json() const;
   // The readable table.

@@ -230,6 +230,9 @@ TEST(CliGenerate, SpeculationWritesTheRecordsOfARunWithout) {
           EXPECT_LT(accepted, drafted) << "sampled, yet every greedy draft was kept";
         }
         EXPECT_NE(r.err.find("draft model:"), std::string::npos) << r.err;
+        EXPECT_GT(report["draft_s"].get<double>(), 0);
+        EXPECT_GE(report["decode_s"].get<double>(), report["draft_s"].get<double>());
+        EXPECT_NE(r.out.find("draft model"), std::string::npos) << r.out;
       }
     }
     EXPECT_EQ(outputs[0], outputs[1]) << "temperature " << temperature;

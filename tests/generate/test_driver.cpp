@@ -370,6 +370,23 @@ TEST(Report, MeasuredSpeculationRates) {
   EXPECT_EQ(measured_speculation(s, 4).tokens, 1);
 }
 
+// A draft model's seconds count in the decode time and its rate.
+TEST(Report, DraftModelTimeIsDecodeTime) {
+  RunReport r;
+  r.n_sequences = 4;
+  r.engine.generated_tokens = 4 + 60;
+  r.engine.decode_s = 2.0;
+  r.total_s = 4.0;
+  const auto without = r.to_json();
+  EXPECT_DOUBLE_EQ(without["decode_tokens_per_s"].get<double>(), 30.0);
+  EXPECT_FALSE(without.contains("draft_s"));
+  r.draft_s = 1.0;
+  const auto with = r.to_json();
+  EXPECT_DOUBLE_EQ(with["decode_s"].get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(with["draft_s"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(with["decode_tokens_per_s"].get<double>(), 20.0);
+}
+
 TEST(Driver, PerPromptTemperatureAndMaxNewTokens) {
   ScratchDir dir;
   write_text(dir.file("p.jsonl"),
