@@ -118,8 +118,9 @@ int run(const Options& o) {
     const double draft_before = draft.seconds();
     const RunSummary s = run_jobs(*engine, *tokenizer, jobs, gen, nullptr, draft.drafter.get());
     const EngineStats measured = stats_since(engine->stats(), before);
-    RunReport rep = plan_report(plan, *model, o.model, eo, static_cast<double>(o.prompt_len),
-                                o.gen_len, measured_speculation(measured, s.n_sequences));
+    RunReport rep =
+        plan_report(plan, *model, o.model, eo, static_cast<double>(o.prompt_len), o.gen_len,
+                    measured_speculation(measured, s.n_sequences, draft.seconds() - draft_before));
     rep.n_prompts = s.n_prompts;
     rep.n_sequences = s.n_sequences;
     rep.total_s = s.total_s;

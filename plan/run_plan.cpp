@@ -236,7 +236,7 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
   try {
     const ModelShape shape = model_shape_of(model);
     const Workload work{std::max<int64_t>(1, std::llround(prompt_len)),
-                        std::max<int64_t>(1, gen_len), spec.rows, spec.tokens};
+                        std::max<int64_t>(1, gen_len), spec.rows, spec.tokens, spec.draft_step_s};
     const Prediction pr = strata::predict(shape, *hardware, work, policy, budgets_of(*hardware),
                                           compute ? &*compute : nullptr);
     PredictedThroughput t;
@@ -259,6 +259,7 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
       t.workload["speculation_rows"] = spec.rows;
       t.workload["speculation_tokens"] = spec.tokens;
     }
+    if (spec.draft_step_s > 0) t.workload["draft_step_s"] = spec.draft_step_s;
     return t;
   } catch (const Error& e) {
     spdlog::warn("the cost model cannot predict this run: {}", e.what());

@@ -118,7 +118,8 @@ double CostModel::prefill_seconds(const Placement& x) const {
 
 double CostModel::decode_seconds(const Placement& x) const {
   return static_cast<double>(work.gen_len - 1) / work.spec_tokens *
-         (static_cast<double>(shape.n_layer) * decode_layer.seconds(x) + decode_head.seconds(x));
+         (static_cast<double>(shape.n_layer) * decode_layer.seconds(x) + decode_head.seconds(x) +
+          work.draft_step_s);
 }
 
 double CostModel::generated_tokens() const {
@@ -147,6 +148,10 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
         std::isfinite(work.spec_rows))) {
     fail("speculation: {} rows and {} kept tokens per sequence and step; need rows >= tokens >= 1",
          work.spec_rows, work.spec_tokens);
+  }
+  if (!(work.draft_step_s >= 0 && std::isfinite(work.draft_step_s))) {
+    fail("speculation: {} s of the draft model per decode step; need a finite value >= 0",
+         work.draft_step_s);
   }
   validate_policy(policy, "policy");
   validate_model_shape(shape, shape.name);
@@ -310,10 +315,9 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       // back; without it the KV held off the device is loaded every step.
       const Affine kv_in =
           cpu_attention ? (a * q_dim * R * B) * off(KV) : (kv_token * ctx_read * B) * off(KV);
-      const Affine kv_out = (kv_token * E * B) * off(KV) +
-                            (cpu_attention ? (a * q_dim * R * B) * off(KV) : Affine());
-      const Affine c2g_s =
-          (1 / c2g) * (w_layer * off(W) + hid_token * R * B * off(ACT) + kv_in);
+      const Affine kv_out =
+          (kv_token * E * B) * off(KV) + (cpu_attention ? (a * q_dim * R * B) * off(KV) : Affine());
+      const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * R * B * off(ACT) + kv_in);
       const Affine g2c_s = (1 / g2c) * (hid_token * R * B * off(ACT) + kv_out);
       const Affine attn_dev = (B * attn_dev_seq) * (cpu_attention ? gpu(KV) : affine_constant(1));
       const Affine attn_cpu = cpu_attention ? (B * attn_cpu_seq) * off(KV) : Affine();

@@ -62,6 +62,9 @@ struct Workload {
   // while the weights and the KV cache are read once, and a block takes
   // (n - 1) / tokens decode steps.
   double spec_rows = 1, spec_tokens = 1;
+  // A draft model's seconds per decode step of a block (its passes run
+  // between the engine's steps, so they add to each step); 0 without one.
+  double draft_step_s = 0;
 };
 
 // Memory budget of each tier, bytes.

@@ -222,13 +222,14 @@ void RunReport::write_json(const std::string& path) const {
       "the report");
 }
 
-SpeculationRates measured_speculation(const EngineStats& s, int64_t n_sequences) {
+SpeculationRates measured_speculation(const EngineStats& s, int64_t n_sequences, double draft_s) {
   const int64_t kept = s.generated_tokens - n_sequences;  // tokens of decode steps
   const int64_t seq_steps = kept - s.accepted_tokens;
   if (s.drafted_tokens == 0 || seq_steps <= 0) return {};
   const auto steps = static_cast<double>(seq_steps);
   return {(steps + static_cast<double>(s.drafted_tokens)) / steps,
-          static_cast<double>(kept) / steps};
+          static_cast<double>(kept) / steps,
+          s.decode_steps > 0 ? draft_s / static_cast<double>(s.decode_steps) : 0};
 }
 
 EngineStats stats_since(const EngineStats& now, const EngineStats& before) {

@@ -80,10 +80,14 @@ struct RunReport {
 // Speculative decoding as measured, per sequence and decode step: the rows
 // computed (1 + draft tokens fed) and the tokens kept (1 + those accepted);
 // 1 and 1 without. `n_sequences`: sequences prefilled (a first token each).
+// With a draft model, `draft_s` (its seconds) gives its seconds per decode
+// step of a block.
 struct SpeculationRates {
   double rows = 1, tokens = 1;
+  double draft_step_s = 0;
 };
-SpeculationRates measured_speculation(const EngineStats& s, int64_t n_sequences);
+SpeculationRates measured_speculation(const EngineStats& s, int64_t n_sequences,
+                                      double draft_s = 0);
 
 // The work done between two stats() snapshots (peak_bytes: the later peaks).
 EngineStats stats_since(const EngineStats& now, const EngineStats& before);

@@ -365,6 +365,9 @@ TEST(Report, MeasuredSpeculationRates) {
   const SpeculationRates r = measured_speculation(s, 4);
   EXPECT_DOUBLE_EQ(r.rows, 50.0 / 20);
   EXPECT_DOUBLE_EQ(r.tokens, 40.0 / 20);
+  EXPECT_EQ(r.draft_step_s, 0);
+  s.decode_steps = 8;  // a draft model's 2 s over 8 decode steps
+  EXPECT_DOUBLE_EQ(measured_speculation(s, 4, 2.0).draft_step_s, 0.25);
   s.drafted_tokens = s.accepted_tokens = 0;
   EXPECT_EQ(measured_speculation(s, 4).rows, 1);
   EXPECT_EQ(measured_speculation(s, 4).tokens, 1);

@@ -175,11 +175,22 @@ TEST(PolicyCostModel, SpeculationComputesRowsAndKeepsTokens) {
   const Prediction p = evaluate(m, t.pol, budgets_of(t.hw));
   EXPECT_REL(p.decode_tokens_per_s, B * 3 / m.decode_seconds(x));
 
+  // A draft model's seconds add to every decode step.
+  Workload drafted = t.work;
+  drafted.draft_step_s = 0.125;
+  const CostModel md = build_cost_model(t.shape, t.hw, drafted, t.pol);
+  EXPECT_REL(md.decode_seconds(x), m.decode_seconds(x) + 3 / E * 0.125);
+  EXPECT_REL(md.prefill_seconds(x), m.prefill_seconds(x));
+
   for (const auto& [rows, tokens] :
        {std::pair<double, double>{1, 0.5}, {2, 3}, {std::nan(""), 1}}) {
     t.work.spec_rows = rows;
     t.work.spec_tokens = tokens;
     EXPECT_THROW(build_cost_model(t.shape, t.hw, t.work, t.pol), Error) << rows << " " << tokens;
+  }
+  for (const double d : {-1.0, std::nan("")}) {
+    drafted.draft_step_s = d;
+    EXPECT_THROW(build_cost_model(t.shape, t.hw, drafted, t.pol), Error) << d;
   }
 }
 
