@@ -101,7 +101,9 @@ int run(const Options& o) {
   shape.mean_prompt = static_cast<double>(o.prompt_len);
   shape.gen = o.gen_len;
   shape.max_block = o.max_block;
+  o.speculation.apply_to_plan(shape, offload.policy);
   const RunPlan plan = offload.apply(eo, *model, shape);
+  SpeculationFlags::after_plan(eo, gen);
   const auto engine = make_engine(*model, eo);
 
   const std::vector<Job> jobs =

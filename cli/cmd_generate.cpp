@@ -160,6 +160,7 @@ int run(const Options& o, MpiWorld& world) {
   }
   shape.mean_prompt = n_to_run > 0 ? static_cast<double>(prompt_sum) / n_to_run : 0;
   shape.max_block = std::max<int64_t>(1, n_to_run);
+  o.speculation.apply_to_plan(shape, offload.policy);
   if (rank_job) {
     spdlog::log(world.rank() == 0 ? spdlog::level::info : spdlog::level::debug,
                 "{}: {} of {} prompts to run", world.where(), n_to_run, jobs.size());
@@ -171,6 +172,7 @@ int run(const Options& o, MpiWorld& world) {
   std::unique_ptr<Engine> engine;
   auto plan_and_build = [&] {
     plan = offload.apply(eo, *model, shape);
+    SpeculationFlags::after_plan(eo, gen);
     engine = make_engine(*model, eo);
   };
   if (rank_job) {

@@ -1,5 +1,6 @@
 // The speculative decoding flags of generate and bench:
 //   --speculate none|ngram|model [--speculate-tokens K] [--draft-model PATH]
+//   [--speculate-acceptance SHARE]
 // and how they set EngineOptions and GenerateOptions. "ngram" proposes, per
 // sequence and step, the K tokens that followed the sequence's last few
 // tokens where they occur earlier in its prompt or output (prompt lookup,
@@ -20,6 +21,7 @@
 #include "generate/driver.h"
 #include "generate/engine.h"
 #include "offload/engine_options.h"
+#include "plan/run_plan.h"
 
 namespace strata {
 class Model;
@@ -45,6 +47,7 @@ struct SpeculationFlags {
   std::string kind = "none";
   int tokens = 4;
   std::string draft_model;
+  double acceptance = 0;  // --speculate-acceptance; 0: not given
 
   void add(CLI::App& sub) {
     sub.add_option("--speculate", kind,
@@ -61,6 +64,27 @@ struct SpeculationFlags {
                    "With --speculate model: the draft model (GGUF file or Hugging Face "
                    "directory) with the model's tokenizer, e.g. a quantized copy of a smaller "
                    "model of its family; it runs on the CPU from RAM with its own KV cache");
+    sub.add_option("--speculate-acceptance", acceptance,
+                   "With --speculate and --policy auto: the share of draft tokens an earlier run "
+                   "of this kind accepted (its report's speculation line, e.g. 0.8); the search "
+                   "then also picks the draft length, from none up to --speculate-tokens");
+  }
+
+  // Before the plan: the acceptance the search plans with (--policy auto
+  // only, `policy` being --policy's value).
+  void apply_to_plan(RunShape& shape, const std::string& policy) const {
+    if (acceptance == 0) return;
+    if (kind == "none") fail("--speculate-acceptance {}: add --speculate ngram|model", acceptance);
+    if (!(acceptance > 0 && acceptance <= 1))
+      fail("--speculate-acceptance {}: give a share above 0 and at most 1", acceptance);
+    if (policy != "auto")
+      fail("--speculate-acceptance {}: the search uses it; add --policy auto", acceptance);
+    shape.draft_accepted = acceptance;
+  }
+  // After the plan: the driver proposes as many draft tokens as the engine
+  // takes (the search may have picked fewer, or none).
+  static void after_plan(const EngineOptions& eo, GenerateOptions& gen) {
+    if (gen.speculate_tokens > 0) gen.speculate_tokens = static_cast<int32_t>(eo.max_draft_tokens);
   }
 
   // Sets the engine's draft limit and the driver's proposals (both 0 for

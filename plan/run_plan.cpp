@@ -23,6 +23,7 @@
 #include "policy/cost_model.h"
 #include "policy/report_json.h"
 #include "policy/search.h"
+#include "policy/speculation.h"
 
 namespace strata {
 
@@ -126,9 +127,11 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
   so.rank = r.plan_rank;
   const DeviceCaps caps = device_caps(r.device);
   const uint64_t device_bytes = hw.unified_memory() ? 0 : static_cast<uint64_t>(hw.gpu_mem);
+  int64_t draft_k = eo.max_draft_tokens;  // the draft length of the search under way
   so.engine_fit = [&](const Policy& candidate) {
     EngineOptions e = eo;
     apply_policy(candidate, run, e);
+    e.max_draft_tokens = draft_k;
     const PlanFit f = plan_fit(model, e, caps, device_bytes);
     EngineFit out;
     out.refused = !f.refusal.empty();
@@ -141,14 +144,46 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
                   static_cast<double>(f.budget.disk)};
     return out;
   };
-  const SearchResult sr = search_policy(shape, hw, work, b, so);
+  SearchResult sr;
+  if (eo.max_draft_tokens > 0 && run.draft_accepted > 0) {
+    // Speculation with a known acceptance: the draft length too, each
+    // length's best plan against the others (0: none).
+    const double pa = draft_token_acceptance(run.draft_accepted, eo.max_draft_tokens);
+    for (int64_t k = 0; k <= eo.max_draft_tokens; ++k) {
+      Workload w = work;
+      const DraftRates d = draft_rates(pa, k);
+      w.spec_rows = d.rows;
+      w.spec_tokens = d.tokens;
+      draft_k = k;
+      SearchResult one;
+      try {
+        one = search_policy(shape, hw, w, b, so);
+      } catch (const Error& e) {
+        if (k == 0) throw;
+        spdlog::debug("policy auto: {} draft tokens: {}", k, e.what());
+        continue;
+      }
+      spdlog::debug("policy auto: {} draft tokens: {:.1f} tok/s predicted", k,
+                    one.prediction.total_tokens_per_s);
+      if (k == 0 || one.prediction.total_tokens_per_s > sr.prediction.total_tokens_per_s) {
+        sr = std::move(one);
+        plan.draft_tokens = k;
+      }
+    }
+  } else {
+    sr = search_policy(shape, hw, work, b, so);
+  }
   p = normalize_policy(sr.policy, hw);
   spdlog::info(
-      "policy auto: {} on {} for prompt {} + gen {}: {}gpu batch {} x {} batches, {}; "
+      "policy auto: {} on {} for prompt {} + gen {}: {}gpu batch {} x {} batches, {}{}; "
       "predicted {:.1f} tok/s total, bound {} ({} LPs; budgets RAM {}, disk {})",
       shape.name, hw.name, work.prompt_len, work.gen_len,
       r.plan_rank == 1 ? std::string() : fmt::format("plan {} of {}: ", r.plan_rank, sr.n_plans),
-      p.gpu_batch_size, p.num_gpu_batches, p.placement.describe(), sr.prediction.total_tokens_per_s,
+      p.gpu_batch_size, p.num_gpu_batches, p.placement.describe(),
+      plan.draft_tokens >= 0 ? fmt::format(", {} draft tokens (accepted share {})",
+                                           plan.draft_tokens, run.draft_accepted)
+                             : std::string(),
+      sr.prediction.total_tokens_per_s,
       sr.prediction.bound_phase == Phase::kPrefill ? sr.prediction.bound_prefill
                                                    : sr.prediction.bound_decode,
       sr.n_lp_solved, format_bytes(b.cpu), format_bytes(b.disk));
@@ -182,6 +217,7 @@ RunPlan resolve_plan(const PlanRequest& r, const Model& model, const RunShape& r
   if (r.policy == "auto") {
     plan.source = "auto";
     p = search(r, model, run, eo, p, plan);
+    if (plan.draft_tokens >= 0) eo.max_draft_tokens = plan.draft_tokens;
   } else {
     if (!r.policy.empty()) {
       p = load_policy(r.policy);

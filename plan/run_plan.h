@@ -55,6 +55,10 @@ struct RunShape {
   double mean_prompt = 0;
   int64_t gen = 0;
   int64_t max_block = 4096;
+  // Speculative decoding with --policy auto: the share of draft tokens an
+  // earlier run accepted (0: not given). With it the search also picks the
+  // draft length, 0 (none) up to EngineOptions::max_draft_tokens.
+  double draft_accepted = 0;
 };
 
 // The plan that runs.
@@ -66,6 +70,9 @@ struct RunPlan {
   // machine (plan/compute_profile.h), when the plan is for the CPU device
   // and has a profile: the cost model's compute terms then come from it.
   std::optional<EngineCompute> compute;
+  // The draft length the search picked (RunShape::draft_accepted given),
+  // set into EngineOptions::max_draft_tokens; -1: not picked.
+  int64_t draft_tokens = -1;
 
   // The policy as the report shows it (with the options it ran with).
   nlohmann::ordered_json report_policy(const EngineOptions& eo) const;
@@ -73,8 +80,7 @@ struct RunPlan {
   // without a profile, or when the model cannot predict it: a warning).
   // `spec`: speculative decoding's rows and kept tokens per sequence and
   // step (the cost model's Workload), as the run measured them.
-  std::optional<PredictedThroughput> predict(const Model& model, double prompt_len,
-                                             int64_t gen_len,
+  std::optional<PredictedThroughput> predict(const Model& model, double prompt_len, int64_t gen_len,
                                              const SpeculationRates& spec = {}) const;
 };
 

@@ -82,7 +82,7 @@ TEST(RunPlan, FlagsOverrideThePolicyFile) {
   EngineOptions eo;
   const RunPlan plan = resolve_plan(r, *model, shape(8, 4), eo);
   EXPECT_EQ(plan.source, r.policy);
-  EXPECT_EQ(eo.gpu_batch_size, 2);  // the flag
+  EXPECT_EQ(eo.gpu_batch_size, 2);   // the flag
   EXPECT_EQ(eo.num_gpu_batches, 3);  // the file
   EXPECT_DOUBLE_EQ(eo.placement[Share::kWGpu], 0.2);
   EXPECT_TRUE(eo.cpu_attention);
@@ -115,6 +115,43 @@ TEST(RunPlan, AutoOnAGpuSearchesOnlyWhatTheDeviceRuns) {
     }
     EXPECT_NO_THROW(check_placement(device_caps("cuda"), p, eo.cpu_attention));
     EXPECT_TRUE(plan.predict(*model, 16, 8).has_value());
+  }
+}
+
+// --policy auto with speculation and an accepted share: the search picks
+// the draft length too. With the weights read from disk every step, rows
+// cost next to nothing: the longest drafts, even when almost none is kept.
+// Everything on the GPU, the step is compute, which the cost model grows
+// with the rows as the kept tokens grow at best: drafts gain nothing, so
+// none (a tie keeps decoding without). Without a share the given length
+// stays.
+TEST(RunPlan, AutoPicksTheDraftLengthFromTheAcceptedShare) {
+  const auto model = fixture();
+  Placement weights_on_disk;
+  weights_on_disk.set(DataKind::kWeights, 0, 0);
+  weights_on_disk.set(DataKind::kKv, 1, 0);
+  weights_on_disk.set(DataKind::kAct, 1, 0);
+  struct Case {
+    bool on_disk;
+    double accepted;
+    int64_t want;
+  };
+  for (const Case c : {Case{true, 0.0, -1}, Case{true, 1.0, 4}, Case{true, 0.01, 4},
+                       Case{false, 1.0, 0}, Case{false, 0.01, 0}}) {
+    PlanRequest r;
+    r.offload_dir = offload_dir();
+    r.device = "cuda";
+    r.policy = "auto";
+    r.hardware = "t4-flexgen";
+    r.disk_mem = uint64_t{1} << 30;
+    if (c.on_disk) r.placement = weights_on_disk;
+    EngineOptions eo;
+    eo.max_draft_tokens = 4;
+    RunShape s = shape(16, 8);
+    s.draft_accepted = c.accepted;
+    const RunPlan plan = resolve_plan(r, *model, s, eo);
+    EXPECT_EQ(plan.draft_tokens, c.want) << c.on_disk << " " << c.accepted;
+    EXPECT_EQ(eo.max_draft_tokens, c.want < 0 ? 4 : c.want) << c.on_disk << " " << c.accepted;
   }
 }
 

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "policy/cost_model.h"
 #include "policy/policy_fixtures.h"
+#include "policy/speculation.h"
 
 namespace strata {
 namespace {
@@ -192,6 +193,29 @@ TEST(PolicyCostModel, SpeculationComputesRowsAndKeepsTokens) {
     drafted.draft_step_s = d;
     EXPECT_THROW(build_cost_model(t.shape, t.hw, drafted, t.pol), Error) << d;
   }
+}
+
+// Drafts of k tokens, each accepted with chance p after the ones before:
+// rows 1 + k, kept 1 + p + ... + p^k; the chance back from the share a run
+// accepted.
+TEST(PolicySpeculation, DraftRatesAndAcceptanceFromTheAcceptedShare) {
+  EXPECT_DOUBLE_EQ(draft_rates(0.5, 0).rows, 1);
+  EXPECT_DOUBLE_EQ(draft_rates(0.5, 0).tokens, 1);
+  EXPECT_DOUBLE_EQ(draft_rates(0.5, 2).rows, 3);
+  EXPECT_DOUBLE_EQ(draft_rates(0.5, 2).tokens, 1.75);
+  EXPECT_DOUBLE_EQ(draft_rates(1.0, 4).tokens, 5);
+  EXPECT_DOUBLE_EQ(draft_rates(0.0, 4).tokens, 1);
+  // (0.5 + 0.25) / 2 = 0.375 of two-token drafts: p = 0.5.
+  EXPECT_NEAR(draft_token_acceptance(0.375, 2), 0.5, 1e-12);
+  EXPECT_NEAR(draft_token_acceptance(1.0, 3), 1.0, 1e-12);
+  EXPECT_NEAR(draft_token_acceptance(0.3, 1), 0.3, 1e-12);
+  for (const double p : {0.1, 0.6, 0.95}) {
+    const double share = (draft_rates(p, 5).tokens - 1) / 5;
+    EXPECT_NEAR(draft_token_acceptance(share, 5), p, 1e-12) << p;
+  }
+  EXPECT_THROW(draft_token_acceptance(0, 2), Error);
+  EXPECT_THROW(draft_token_acceptance(1.5, 2), Error);
+  EXPECT_THROW(draft_token_acceptance(0.5, 0), Error);
 }
 
 TEST(PolicyCostModel, CpuAttentionTakesKvOffTheHostToDeviceLink) {
