@@ -2,7 +2,7 @@
 // their fields, blocks of similar lengths, EOS and stop strings, per-prompt
 // overrides, outputs independent of the block size and of the other prompts,
 // resuming from OUTPUT.partial (and refusing a foreign one), unwritable
-// outputs, prompts longer than the context, and the run report.
+// outputs, prompts longer than the context, speculation and its drafters.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +14,6 @@
 #include "generate/driver.h"
 #include "generate/generate_test_util.h"
 #include "generate/ngram_draft.h"
-#include "generate/perplexity.h"
 #include "generate/report.h"
 
 namespace strata {
@@ -312,7 +311,9 @@ class CheckingDrafter final : public Drafter {
     }
     // Every live sequence asks (none finished in this step is left out).
     for (size_t s = 0; s < live_.size(); ++s) {
-      if (live_[s]) EXPECT_TRUE(asked[s]) << "live sequence " << s << " did not ask";
+      if (live_[s]) {
+        EXPECT_TRUE(asked[s]) << "live sequence " << s << " did not ask";
+      }
     }
   }
   void finished(int32_t seq) override {
@@ -353,41 +354,6 @@ TEST(Driver, ADrafterIsAskedOnceAStepForEverySequenceThatGoesOn) {
   EXPECT_GT(drafter.requests_seen, drafter.calls) << "sequences of a step asked one at a time";
   EXPECT_GT(e->stats().accepted_tokens, 0);
   EXPECT_LT(e->n_steps, ref_engine->n_steps);
-}
-
-// The rates the cost model is given for a speculative run: per sequence
-// and decode step, rows computed and tokens kept.
-TEST(Report, MeasuredSpeculationRates) {
-  EngineStats s;
-  s.generated_tokens = 4 + 40;  // 4 sequences: a first token each, then 40 in decode
-  s.drafted_tokens = 30;
-  s.accepted_tokens = 20;  // 20 sequence-steps kept 40 tokens, fed 20 + 30 rows
-  const SpeculationRates r = measured_speculation(s, 4);
-  EXPECT_DOUBLE_EQ(r.rows, 50.0 / 20);
-  EXPECT_DOUBLE_EQ(r.tokens, 40.0 / 20);
-  EXPECT_EQ(r.draft_step_s, 0);
-  s.decode_steps = 8;  // a draft model's 2 s over 8 decode steps
-  EXPECT_DOUBLE_EQ(measured_speculation(s, 4, 2.0).draft_step_s, 0.25);
-  s.drafted_tokens = s.accepted_tokens = 0;
-  EXPECT_EQ(measured_speculation(s, 4).rows, 1);
-  EXPECT_EQ(measured_speculation(s, 4).tokens, 1);
-}
-
-// A draft model's seconds count in the decode time and its rate.
-TEST(Report, DraftModelTimeIsDecodeTime) {
-  RunReport r;
-  r.n_sequences = 4;
-  r.engine.generated_tokens = 4 + 60;
-  r.engine.decode_s = 2.0;
-  r.total_s = 4.0;
-  const auto without = r.to_json();
-  EXPECT_DOUBLE_EQ(without["decode_tokens_per_s"].get<double>(), 30.0);
-  EXPECT_FALSE(without.contains("draft_s"));
-  r.draft_s = 1.0;
-  const auto with = r.to_json();
-  EXPECT_DOUBLE_EQ(with["decode_s"].get<double>(), 3.0);
-  EXPECT_DOUBLE_EQ(with["draft_s"].get<double>(), 1.0);
-  EXPECT_DOUBLE_EQ(with["decode_tokens_per_s"].get<double>(), 20.0);
 }
 
 TEST(Driver, PerPromptTemperatureAndMaxNewTokens) {
@@ -590,164 +556,6 @@ TEST(Driver, SyntheticJobsAvoidSpecialTokensAndRepeat) {
   const RunSummary s = run_jobs(e, tok, a, o, nullptr);
   EXPECT_EQ(s.generated_tokens, 35);
   EXPECT_EQ(s.n_sequences, 5);
-}
-
-std::string printed(const RunReport& r) {
-  std::FILE* f = std::tmpfile();
-  r.print(f);
-  std::rewind(f);
-  char buf[4096] = {};
-  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  return std::string(buf, n);
-}
-
-TEST(Report, JsonHasTheStableNames) {
-  RunReport r;
-  r.model = "m.gguf";
-  r.policy = {{"gpu_batch_size", 8}};
-  r.hardware = "cpu";
-  r.n_prompts = 4;
-  r.n_sequences = 4;
-  r.total_s = 2.0;
-  r.engine.prompt_tokens = 100;
-  r.engine.generated_tokens = 44;
-  r.engine.prefill_s = 0.5;
-  r.engine.decode_s = 1.0;
-  r.engine.links["disk->cpu"] = {2'000'000'000, 0.5};
-  r.engine.links["cpu->gpu"] = {0, 0.0};
-  r.engine.peak_bytes["cpu"] = 1 << 20;
-  r.engine.queue_busy_s["compute"] = 1.2;
-  const auto j = r.to_json();
-  for (const char* k :
-       {"model", "policy", "hardware", "n_prompts", "prompt_tokens", "generated_tokens",
-        "prefill_s", "decode_s", "total_s", "prefill_tokens_per_s", "decode_tokens_per_s",
-        "total_tokens_per_s", "links", "peak_bytes", "queue_busy"}) {
-    EXPECT_TRUE(j.contains(k)) << k;
-  }
-  EXPECT_FALSE(j.contains("predicted"));  // not known: left out
-  EXPECT_DOUBLE_EQ(j["prefill_tokens_per_s"].get<double>(), 200.0);
-  EXPECT_DOUBLE_EQ(j["decode_tokens_per_s"].get<double>(), 40.0);  // (44 - 4) / 1.0
-  EXPECT_DOUBLE_EQ(j["total_tokens_per_s"].get<double>(), 22.0);
-  EXPECT_DOUBLE_EQ(j["links"]["disk->cpu"]["gb_per_s"].get<double>(), 4.0);
-  EXPECT_FALSE(j["links"]["cpu->gpu"].contains("gb_per_s"));  // no time: no rate
-  EXPECT_DOUBLE_EQ(j["queue_busy"]["compute"].get<double>(), 0.8);
-  EXPECT_EQ(j["peak_bytes"]["cpu"], 1 << 20);
-  PredictedThroughput pred;
-  pred.prefill_tokens_per_s = 1;
-  pred.decode_tokens_per_s = 2;
-  pred.total_tokens_per_s = 3;
-  r.predicted = pred;
-  EXPECT_DOUBLE_EQ(r.to_json()["predicted"]["decode_tokens_per_s"].get<double>(), 2.0);
-
-  ScratchDir dir;
-  r.write_json(dir.file("r.json"));
-  EXPECT_EQ(nlohmann::ordered_json::parse(read_text(dir.file("r.json"))), r.to_json());
-  const std::string table = printed(r);
-  EXPECT_NE(table.find("decode"), std::string::npos);
-  EXPECT_NE(table.find("40.0 tok/s"), std::string::npos) << table;
-  EXPECT_NE(table.find("4.00 GB/s"), std::string::npos) << table;
-}
-
-TEST(Report, SaysSoWhenTheMeasuredTotalMissesThePredictionByMoreThanAQuarter) {
-  RunReport r;
-  r.engine.generated_tokens = 100;
-  r.total_s = 2.0;  // 50 tok/s measured
-  PredictedThroughput pred;
-  pred.workload = {{"hardware", "this-machine"}};
-  r.predicted = pred;
-  for (const auto& [predicted, warns] :
-       {std::pair{40.0, false}, {62.5, false}, {67.0, true}, {39.0, true}, {100.0, true}}) {
-    r.predicted->total_tokens_per_s = predicted;
-    const double error = 50.0 / predicted - 1;
-    EXPECT_DOUBLE_EQ(*r.prediction_error(), error);
-    EXPECT_DOUBLE_EQ(r.to_json()["predicted"]["total_error"].get<double>(), error);
-    const std::string table = printed(r);
-    EXPECT_EQ(table.find("  prediction ") != std::string::npos, warns) << predicted << "\n"
-                                                                       << table;
-    if (warns) {
-      EXPECT_NE(table.find(error > 0 ? "above" : "below"), std::string::npos) << table;
-      EXPECT_NE(table.find("(this-machine)"), std::string::npos) << table;
-    }
-  }
-  r.total_s = 0;  // nothing measured: no error, no line
-  EXPECT_FALSE(r.prediction_error());
-  EXPECT_EQ(printed(r).find("  prediction "), std::string::npos);
-}
-
-TEST(Perplexity, ChunksAndScoresByTheGoldenProcedure) {
-  FakeEngine e(vocab(), 1, 64);
-  std::vector<int32_t> ids(100);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % vocab());
-  const PerplexityResult r = perplexity(e, ids, 32);
-  EXPECT_EQ(r.n_chunks, 3);  // 100 / 32, the tail of 4 dropped
-  EXPECT_EQ(r.n_scored, 3 * 31);
-  EXPECT_EQ(e.scored_lengths, (std::vector<size_t>{32, 32, 32}));
-  // Independent sum over the same positions.
-  double sum = 0;
-  std::vector<float> row(vocab());
-  for (int c = 0; c < 3; ++c) {
-    std::vector<int32_t> prefix;
-    double chunk = 0;
-    for (int t = 0; t < 31; ++t) {
-      prefix.push_back(ids[c * 32 + t]);
-      e.logits_for(prefix, row.data());
-      double mx = -1e300, z = 0;
-      for (float l : row) mx = std::max(mx, static_cast<double>(l));
-      for (float l : row) z += std::exp(static_cast<double>(l) - mx);
-      chunk += mx + std::log(z) - row[ids[c * 32 + t + 1]];
-    }
-    EXPECT_NEAR(r.chunk_nll_sum[c], chunk, 1e-9 * std::abs(chunk));
-    sum += chunk;
-  }
-  EXPECT_NEAR(r.ppl, std::exp(sum / 93), 1e-9 * r.ppl);
-
-  // With BOS: chunks of BOS + 31 text tokens, still 31 scored each.
-  FakeEngine e2(vocab(), 1, 64);
-  const PerplexityResult rb = perplexity(e2, ids, 32, 900);
-  EXPECT_EQ(rb.n_chunks, 3);
-  EXPECT_EQ(rb.n_scored, 93);
-
-  EXPECT_THROW(perplexity(e, std::vector<int32_t>(10, 1), 32), Error);
-  EXPECT_THROW(perplexity(e, ids, 128), Error);  // longer than the context
-  EXPECT_THROW(perplexity(e, ids, 1), Error);
-}
-
-// Decode mode: the first N tokens of each chunk a prompt, the rest fed one
-// at a time; positions from N - 1 on scored, chunks a block at a time.
-TEST(Perplexity, DecodeModeScoresTheFedPositions) {
-  FakeEngine e(vocab(), 2, 64);
-  std::vector<int32_t> ids(100);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % vocab());
-  const int64_t from = 10;
-  const PerplexityResult r = perplexity(e, ids, 32, -1, from);
-  EXPECT_EQ(r.n_chunks, 3);
-  EXPECT_EQ(r.n_scored, 3 * (32 - from));
-  std::vector<float> row(vocab());
-  double sum = 0;
-  for (int c = 0; c < 3; ++c) {
-    double chunk = 0;
-    for (int t = static_cast<int>(from) - 1; t < 31; ++t) {
-      const std::vector<int32_t> prefix(ids.begin() + c * 32, ids.begin() + c * 32 + t + 1);
-      e.logits_for(prefix, row.data());
-      double mx = -1e300, z = 0;
-      for (float l : row) mx = std::max(mx, static_cast<double>(l));
-      for (float l : row) z += std::exp(static_cast<double>(l) - mx);
-      chunk += mx + std::log(z) - row[ids[c * 32 + t + 1]];
-    }
-    EXPECT_NEAR(r.chunk_nll_sum[c], chunk, 1e-9 * std::abs(chunk)) << "chunk " << c;
-    sum += chunk;
-  }
-  EXPECT_NEAR(r.ppl, std::exp(sum / static_cast<double>(3 * (32 - from))), 1e-9 * r.ppl);
-}
-
-TEST(Perplexity, TokenNll) {
-  const std::vector<float> l = {0.0f, static_cast<float>(std::log(3.0))};
-  EXPECT_NEAR(token_nll(l, 1), -std::log(0.75), 1e-7);
-  EXPECT_NEAR(token_nll(l, 0), -std::log(0.25), 1e-7);
-  // Shift invariance with large logits (no overflow).
-  const std::vector<float> big = {1000.0f, 1000.0f + static_cast<float>(std::log(3.0))};
-  EXPECT_NEAR(token_nll(big, 1), -std::log(0.75), 1e-4);
 }
 
 }  // namespace
