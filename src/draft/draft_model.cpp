@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "generate/sampler.h"
 #include "io/one_line.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/model.h"
@@ -21,10 +22,6 @@ KvGeometry draft_geometry(const ModelConfig& c) {
   g.dtype = DType::kF32;
   g.page_size = 16;
   return g;
-}
-
-int32_t argmax(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);
 }
 
 }  // namespace
@@ -189,7 +186,8 @@ void DraftModel::forward_chunk(std::span<const size_t> chunk, std::span<const Re
   fwd_->head(weights_->global(), mb, hidden, logits_.as<float>());
   const float* logits = logits_.as<float>();
   for (size_t r = 0; choose && r < chunk.size(); ++r) {
-    out[chunk[r]].push_back(argmax(logits + static_cast<int64_t>(r) * c.n_vocab, opt_.n_sample));
+    out[chunk[r]].push_back(argmax(std::span<const float>(
+        logits + static_cast<int64_t>(r) * c.n_vocab, static_cast<size_t>(opt_.n_sample))));
   }
   ++stats_.passes;
   stats_.fed_tokens += n_tokens;
