@@ -135,6 +135,7 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
     const PlanFit f = plan_fit(model, e, caps, device_bytes);
     EngineFit out;
     out.refused = !f.refusal.empty();
+    out.refusal = f.refusal;
     out.kv_short = f.kv_need > kv_budget_for(r, e, f.kv_need);
     // The engine's tiers as the cost model names them: on a device computing
     // on host RAM, the RAM is the cpu tier.

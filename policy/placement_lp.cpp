@@ -63,7 +63,8 @@ void build_program(Program& p, const CostModel& m, const PlacementPins& fixed, W
   for (int kind = 0; kind < 3; ++kind) {
     p.lp.add_le({{p.x[2 * kind], 1.0}, {p.x[2 * kind + 1], 1.0}}, 1.0);
   }
-  const int w_gpu = p.x[static_cast<int>(Share::kWGpu)], w_cpu = p.x[static_cast<int>(Share::kWCpu)];
+  const int w_gpu = p.x[static_cast<int>(Share::kWGpu)],
+            w_cpu = p.x[static_cast<int>(Share::kWCpu)];
   const bool resident_on_gpu = path == WeightPath::kResident && !m.hw.unified_memory();
   if (resident_on_gpu) {
     p.lp.add_ge({{w_gpu, 1.0}}, 1.0);
@@ -241,7 +242,8 @@ std::array<TierNeed, kNumTiers> min_tier_needs(const CostModel& m, const Budgets
       if (needs[t].possible && bytes >= needs[t].bytes) continue;
       needs[t].possible = true;
       needs[t].bytes = bytes;
-      needs[t].what = largest_part(m, t, read_fractions(p));
+      needs[t].x = read_fractions(p);
+      needs[t].what = largest_part(m, t, needs[t].x);
     }
   }
   return needs;

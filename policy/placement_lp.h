@@ -20,7 +20,6 @@
 
 namespace strata {
 
-
 struct PlacementResult {
   bool feasible = false;
   Placement x;
@@ -36,6 +35,7 @@ struct TierNeed {
   bool possible = false;  // false: no budget of this tier alone makes it fit
   double bytes = 0;
   std::string what;  // the largest part at that placement: "weights", "KV cache", ...
+  Placement x;       // that placement
 };
 std::array<TierNeed, kNumTiers> min_tier_needs(const CostModel& model, const Budgets& budgets,
                                                const PlacementPins& fixed = {});

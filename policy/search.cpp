@@ -23,6 +23,9 @@ struct Candidate {
   Placement x;
 };
 
+constexpr const char* kFlags[] = {"--gpu-mem", "--cpu-mem", "--disk-mem"};
+constexpr const char* kWords[] = {"GPU memory", "CPU memory", "disk"};
+
 class Searcher {
  public:
   Searcher(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
@@ -58,35 +61,59 @@ class Searcher {
   // placement, the difference (the largest seen, plus a little) is taken off
   // that tier's LP budget and the LP solved again, for a few rounds. The
   // engine places whole tensors, so its bytes move in steps; the margin
-  // doubles each round to cross them.
+  // doubles each round to cross them. The difference depends on the
+  // placement (the engine stages streamed weights the cost model counts
+  // otherwise), so a cut that leaves the LP nothing may be too deep: then
+  // the cut is bisected between the last one the LP placed and that one.
   PlacementResult engine_checked(const CostModel& m, int64_t gbs, int64_t nb, bool att,
                                  PlacementResult r) {
-    constexpr int kRounds = 8;
+    constexpr int kRounds = 8, kBisections = 8;
+    const double budget[] = {budgets_.gpu, budgets_.cpu, budgets_.disk};
     double margin = 1e-3;  // of the budget
-    std::array<double, kNumTiers> uncounted{};
-    for (int round = 0; round < kRounds && r.feasible; ++round) {
-      Policy p = policy_for(gbs, nb, att);
-      p.placement = r.x;
-      const EngineFit f = opts_.engine_fit(normalize_policy(p, hw_));
-      if (f.fits()) return r;
-      spdlog::debug(
-          "policy search: {} x {}{}: the engine {} (needs gpu {} / {}, cpu {} / {}, disk {} / {})",
-          gbs, nb, att ? " with CPU attention" : "",
-          f.refused ? "refuses it" : f.kv_short ? "has too small a KV budget" : "finds a tier short",
-          format_bytes(f.need[0]), format_bytes(f.budget[0]), format_bytes(f.need[1]),
-          format_bytes(f.budget[1]), format_bytes(f.need[2]), format_bytes(f.budget[2]));
-      if (f.refused || f.kv_short) break;
-      Budgets b = budgets_;
-      double* budget[] = {&b.gpu, &b.cpu, &b.disk};
-      for (int t = 0; t < kNumTiers; ++t) {
-        const size_t i = static_cast<size_t>(t);
-        if (f.need[i] > f.budget[i]) {
-          const double counted = std::max(m.bytes(t, 0, r.x), m.bytes(t, 1, r.x));
-          uncounted[i] = std::max(uncounted[i], f.need[i] - counted) + margin * *budget[t];
+    using Cut = std::array<double, kNumTiers>;
+    Cut cut{};                // taken off each tier's budget; r is the LP at it
+    Cut placed{};             // the deepest cut the LP placed (and the engine found short)
+    std::optional<Cut> deep;  // a cut at which the LP placed nothing
+    for (int step = 0; step < kRounds + kBisections; ++step) {
+      if (r.feasible) {
+        Policy p = policy_for(gbs, nb, att);
+        p.placement = r.x;
+        const EngineFit f = opts_.engine_fit(normalize_policy(p, hw_));
+        note_engine_need(gbs, nb, att, f);
+        if (f.fits()) return r;
+        spdlog::debug(
+            "policy search: {} x {}{}: the engine {} (needs gpu {} / {}, cpu {} / {}, disk {} / "
+            "{})",
+            gbs, nb, att ? " with CPU attention" : "",
+            f.refused    ? "refuses it"
+            : f.kv_short ? "has too small a KV budget"
+                         : "finds a tier short",
+            format_bytes(f.need[0]), format_bytes(f.budget[0]), format_bytes(f.need[1]),
+            format_bytes(f.budget[1]), format_bytes(f.need[2]), format_bytes(f.budget[2]));
+        if (f.refused || f.kv_short) break;
+        placed = cut;
+        if (!deep) {
+          if (step >= kRounds) break;
+          for (int t = 0; t < kNumTiers; ++t) {
+            const size_t i = static_cast<size_t>(t);
+            if (f.need[i] > f.budget[i]) {
+              const double counted = std::max(m.bytes(t, 0, r.x), m.bytes(t, 1, r.x));
+              cut[i] = std::max(cut[i], f.need[i] - counted) + margin * budget[t];
+            }
+          }
+          margin *= 2;
         }
-        *budget[t] -= uncounted[i];
+      } else {
+        if (cut == placed) break;  // the LP places nothing even at the budgets given
+        deep = cut;
       }
-      margin *= 2;
+      if (deep) {
+        for (size_t i = 0; i < kNumTiers; ++i) cut[i] = (placed[i] + (*deep)[i]) / 2;
+      }
+      Budgets b = budgets_;
+      b.gpu -= cut[0];
+      b.cpu -= cut[1];
+      b.disk -= cut[2];
       r = solve_placement(m, b, opts_.fixed);
       ++n_lp_;
     }
@@ -181,16 +208,43 @@ class Searcher {
     return r;
   }
 
+  // Of the engine's answers for one batch shape, the one short by the least.
+  void note_engine_need(int64_t gbs, int64_t nb, bool att, const EngineFit& f) {
+    const auto key = std::make_tuple(gbs, nb, att);
+    auto it = least_engine_need_.find(key);
+    if (it == least_engine_need_.end()) {
+      least_engine_need_.emplace(key, f);
+    } else if (shortfall(f) < shortfall(it->second)) {
+      it->second = f;
+    }
+  }
+
+  static double shortfall(const EngineFit& f) {
+    if (f.refused || f.kv_short) return std::numeric_limits<double>::infinity();
+    double s = 0;
+    for (size_t i = 0; i < kNumTiers; ++i) s += std::max(0.0, f.need[i] - f.budget[i]);
+    return s;
+  }
+
   [[noreturn]] void fail_infeasible(int64_t gbs, const std::vector<bool>& atts) {
     const int64_t nb = opts_.num_gpu_batches.value_or(1);
-    // Of the attention choices, the one that needs the least extra memory.
+    // Of the attention choices, the one that needs the least extra memory:
+    // what the engine said of the placements the LP found, else what the
+    // cost model says would make one.
     std::string best_msg;
     double best_excess = std::numeric_limits<double>::infinity();
     for (bool att : atts) {
-      const CostModel m =
-          build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, att), opts_.compute);
       double excess = std::numeric_limits<double>::infinity();
-      const std::string msg = describe_needs(m, excess);
+      std::string msg;
+      if (auto it = least_engine_need_.find(std::make_tuple(gbs, nb, att));
+          it != least_engine_need_.end()) {
+        msg = describe_engine_need(it->second);
+        excess = shortfall(it->second);
+      } else {
+        const CostModel m =
+            build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, att), opts_.compute);
+        msg = describe_needs(m, policy_for(gbs, nb, att), excess);
+      }
       if (excess < best_excess) {
         best_excess = excess;
         best_msg = msg;
@@ -209,11 +263,34 @@ class Searcher {
          work_.prompt_len, work_.gen_len, batch, best_msg);
   }
 
-  std::string describe_needs(const CostModel& m, double& excess) const {
-    static const char* kFlags[] = {"--gpu-mem", "--cpu-mem", "--disk-mem"};
-    static const char* kWords[] = {"GPU memory", "CPU memory", "disk"};
+  static std::string describe_engine_need(const EngineFit& f) {
+    if (f.refused) return "the engine refuses every placement that fits: " + f.refusal;
+    if (f.kv_short) {
+      return "the KV cache budget is too small for the KV pages of one block; raise --kv-mem";
+    }
+    std::string msg;
+    for (size_t i = 0; i < kNumTiers; ++i) {
+      if (f.need[i] <= f.budget[i]) continue;
+      msg +=
+          fmt::format("{}{} of {}, {} is {}", msg.empty() ? "the engine needs at least " : "; and ",
+                      format_bytes(f.need[i]), kWords[i], kFlags[i], format_bytes(f.budget[i]));
+    }
+    return msg + " (the weights it keeps, the staging of those it streams and one block)";
+  }
+
+  // What the cost model says would make the batch shape `p` fit; with the
+  // engine's check, a tier's need is the engine's at the placement the cost
+  // model finds least of that tier in, when the engine needs more there.
+  std::string describe_needs(const CostModel& m, const Policy& p, double& excess) const {
     const double budget[] = {budgets_.gpu, budgets_.cpu, budgets_.disk};
-    const std::array<TierNeed, kNumTiers> single = min_tier_needs(m, budgets_, opts_.fixed);
+    std::array<TierNeed, kNumTiers> single = min_tier_needs(m, budgets_, opts_.fixed);
+    for (size_t t = 0; t < kNumTiers; ++t) {
+      if (!single[t].possible || !opts_.engine_fit) continue;
+      Policy at = p;
+      at.placement = single[t].x;
+      const EngineFit f = opts_.engine_fit(normalize_policy(at, hw_));
+      if (!f.refused && f.need[t] > single[t].bytes) single[t].bytes = f.need[t];
+    }
     // Single-tier fixes, the cheapest memory first: disk, then CPU, then GPU.
     std::vector<int> order;
     for (int t : {2, 1, 0}) {
@@ -257,6 +334,7 @@ class Searcher {
   const SearchOptions& opts_;
   std::map<std::tuple<int64_t, int64_t, bool>, Candidate> cache_;
   std::vector<std::pair<double, Policy>> ranked_;  // seconds per token, every plan that fits
+  std::map<std::tuple<int64_t, int64_t, bool>, EngineFit> least_engine_need_;
   int64_t n_lp_ = 0;
 };
 

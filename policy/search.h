@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "policy/cost_model.h"
@@ -30,6 +31,7 @@ namespace strata {
 // tier (gpu, cpu, disk as Budgets names them) against its budgets.
 struct EngineFit {
   bool refused = false;
+  std::string refusal;  // the engine's reason, when refused
   std::array<double, kNumTiers> need{}, budget{};
   bool kv_short = false;  // the KV cache's own budget (--kv-mem) cannot hold the block
   bool fits() const {

@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "kernels/cpu/separate_memory_backend.h"
 #include "model/model.h"
 #include "offload/device.h"
@@ -45,28 +47,35 @@ ComputeDevice open_for_test(const Device& d, uint64_t gpu_mem) {
   return c;
 }
 
-// Whether the engine runs one of the plans that need least memory (one
-// sequence, the weights on disk, the KV cache in RAM or on disk) with 3% of
-// the memory budget to spare: the search may keep a margin that small.
+// One of the plans that need least memory: one sequence, the weights on
+// disk, the KV cache in RAM (`kv_cpu` 1) or on disk (0), with the request's
+// budgets less 3% (the search may keep a margin that small).
+EngineOptions smallest_plan(const Model& model, const PlanRequest& r, const RunShape& run,
+                            const EngineOptions& base, const Device& d, double kv_cpu) {
+  const auto spared = [](uint64_t bytes) { return bytes - bytes * 3 / 100; };
+  EngineOptions eo = base;
+  eo.gpu_mem = spared(r.gpu_mem);
+  eo.cpu_mem = spared(r.cpu_mem);
+  eo.disk_mem = r.disk_mem;
+  eo.offload_dir = r.offload_dir;
+  eo.gpu_batch_size = 1;
+  eo.num_gpu_batches = 1;
+  eo.placement.set(DataKind::kWeights, 0, 0);
+  eo.placement.set(DataKind::kKv, 0, kv_cpu);
+  eo.placement.set(DataKind::kAct, d.gpu ? 1 : 0, d.gpu ? 0 : 1);
+  eo.plan_prompt_tokens = run.max_prompt;
+  eo.plan_new_tokens = run.gen;
+  eo.kv_budget_bytes = 0;
+  const uint64_t kv = plan_fit(model, eo, device_caps(d.name), eo.gpu_mem).kv_need;
+  eo.kv_budget_bytes = std::max(default_kv_budget_bytes(), kv);
+  return eo;
+}
+
+// Whether the engine runs one of the smallest plans.
 bool smallest_plan_fits(const Model& model, const PlanRequest& r, const RunShape& run,
                         const EngineOptions& base, const Device& d) {
-  const auto spared = [](uint64_t bytes) { return bytes - bytes * 3 / 100; };
   for (const double kv_cpu : {0.0, 1.0}) {
-    EngineOptions eo = base;
-    eo.gpu_mem = spared(r.gpu_mem);
-    eo.cpu_mem = spared(r.cpu_mem);
-    eo.disk_mem = r.disk_mem;
-    eo.offload_dir = r.offload_dir;
-    eo.gpu_batch_size = 1;
-    eo.num_gpu_batches = 1;
-    eo.placement.set(DataKind::kWeights, 0, 0);
-    eo.placement.set(DataKind::kKv, 0, kv_cpu);
-    eo.placement.set(DataKind::kAct, d.gpu ? 1 : 0, d.gpu ? 0 : 1);
-    eo.plan_prompt_tokens = run.max_prompt;
-    eo.plan_new_tokens = run.gen;
-    eo.kv_budget_bytes = 0;
-    const uint64_t kv = plan_fit(model, eo, device_caps(d.name), eo.gpu_mem).kv_need;
-    eo.kv_budget_bytes = std::max(default_kv_budget_bytes(), kv);
+    const EngineOptions eo = smallest_plan(model, r, run, base, d, kv_cpu);
     if (plan_fit(model, eo, device_caps(d.name), eo.gpu_mem).fits()) return true;
   }
   return false;
@@ -90,7 +99,8 @@ cpu_compute: {gemm_tflops: 0.05, attention_tflops: 0.01, mem_bandwidth: 10G}
     for (const Device d : {Device{"cpu", false}, Device{"cuda", true}}) {
       for (const double share : {4.0, 0.7, 0.4}) {
         for (const auto& [prompt, gen] : {std::pair<int64_t, int64_t>{8, 4}, {24, 8}}) {
-          const uint64_t budget = static_cast<uint64_t>(share * static_cast<double>(w)) + (64 << 10);
+          const uint64_t budget =
+              static_cast<uint64_t>(share * static_cast<double>(w)) + (64 << 10);
           SCOPED_TRACE(::testing::Message() << name << " on " << d.name << ", budget " << budget
                                             << ", prompt " << prompt << " + gen " << gen);
           PlanRequest r;
@@ -137,10 +147,10 @@ cpu_compute: {gemm_tflops: 0.05, attention_tflops: 0.01, mem_bandwidth: 10G}
             block[i].prompt.assign(static_cast<size_t>(prompt), static_cast<int32_t>(5 + i % 7));
             block[i].max_new_tokens = static_cast<int32_t>(gen);
           }
-          ASSERT_NO_THROW(engine->run_block(block, [](int, std::span<const int32_t>, const float*,
-                                                      std::span<SeqAction> out) {
-            for (auto& a : out) a.next_token = 3;
-          }));
+          ASSERT_NO_THROW(engine->run_block(
+              block, [](int, std::span<const int32_t>, const float*, std::span<SeqAction> out) {
+                for (auto& a : out) a.next_token = 3;
+              }));
           const EngineStats s = engine->stats();
           EXPECT_LE(s.peak_bytes.at("cpu"), fit.need.ram);
           if (d.gpu) {
@@ -155,6 +165,66 @@ cpu_compute: {gemm_tflops: 0.05, attention_tflops: 0.01, mem_bandwidth: 10G}
   }
   // Each model has a plan at least where the budget holds it whole.
   EXPECT_GE(n_plans, 16) << n_no_plan << " settings had no plan";
+}
+
+// Just above the RAM the smallest plan needs, the search finds a plan, also
+// where the engine counts more than the cost model for the weights it
+// streams (their staging); just below, it says what the engine needs.
+TEST(PlanRuns, TheSearchFindsAPlanJustAboveTheSmallestPlansNeed) {
+  const test::ScratchDir dir("strata-plan-edge");
+  const std::string cpu_hw = dir.file("cpu.yaml");
+  test::write_text(cpu_hw, R"(
+name: test-cpu
+device: cpu
+memory: {cpu: 1G, disk: 16G}
+links: {disk_to_cpu: 1G, cpu_to_disk: 500M, cpu_to_disk_kv: 200M}
+cpu_compute: {gemm_tflops: 0.05, attention_tflops: 0.01, mem_bandwidth: 10G}
+)");
+  const Device cpu{"cpu", false};
+  for (const char* name : {"opt", "llama", "qwen2", "llama-gguf/tiny-llama.gguf"}) {
+    const auto model = Model::open(test::test_data(std::string("models/") + name));
+    RunShape run;
+    run.max_prompt = 8;
+    run.mean_prompt = 8;
+    run.gen = 4;
+    run.max_block = 12;
+    EngineOptions base;
+    base.compute_dtype = DType::kF32;
+    base.kv_dtype = DType::kF32;
+    base.threads = 2;
+    PlanRequest r;
+    r.policy = "auto";
+    r.hardware = cpu_hw;
+    r.offload_dir = dir.file("off");
+    r.cpu_mem = uint64_t{1} << 30;
+    r.disk_mem = uint64_t{1} << 30;
+    // The least RAM the engine runs in, over the smallest plans.
+    uint64_t least = std::numeric_limits<uint64_t>::max();
+    for (const double kv_cpu : {0.0, 1.0}) {
+      const EngineOptions eo = smallest_plan(*model, r, run, base, cpu, kv_cpu);
+      least = std::min(least, plan_fit(*model, eo, device_caps("cpu"), 0).need.ram);
+    }
+    for (const double over : {1.04, 1.1, 1.25, 1.5}) {
+      r.cpu_mem = static_cast<uint64_t>(over * static_cast<double>(least));
+      SCOPED_TRACE(::testing::Message()
+                   << name << ", --cpu-mem " << r.cpu_mem << " (" << over << " x " << least << ")");
+      EngineOptions eo = base;
+      EXPECT_NO_THROW(resolve_plan(r, *model, run, eo));
+    }
+    r.cpu_mem = least * 9 / 10;
+    EngineOptions eo = base;
+    try {
+      resolve_plan(r, *model, run, eo);
+      ADD_FAILURE() << name << ": a plan below the smallest plan's " << least << " bytes";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("does not fit"), std::string::npos) << what;
+      EXPECT_NE(what.find("of CPU memory"), std::string::npos) << what;
+      EXPECT_NE(what.find("--cpu-mem is " + format_bytes(static_cast<double>(r.cpu_mem))),
+                std::string::npos)
+          << what;
+    }
+  }
 }
 
 // The placements a device refuses are never searched: for each device and
