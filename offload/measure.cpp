@@ -31,8 +31,6 @@ namespace strata {
 
 namespace {
 
-
-
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -93,7 +91,6 @@ DeviceBuffer device_random(Backend& backend, DType t, size_t n_elems, uint64_t s
   fill_random(host.data(), n_elems, t, seed);
   return device_copy_of(backend, host.data(), bytes);
 }
-
 
 // Removes a file when it goes out of scope.
 struct RemoveOnExit {
@@ -200,8 +197,10 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
          o.block_bytes, o.kv_block_bytes, kDiskAlign);
   }
   if (o.stream_bytes < kDiskAlign || o.stream_in_flight < 1 || o.chunk_depth < 1) {
-    fail("profile: weight-load reads of {} bytes, {} in flight, chunk depth {}: need at least {} "
-         "bytes and 1", o.stream_bytes, o.stream_in_flight, o.chunk_depth, kDiskAlign);
+    fail(
+        "profile: weight-load reads of {} bytes, {} in flight, chunk depth {}: need at least {} "
+        "bytes and 1",
+        o.stream_bytes, o.stream_in_flight, o.chunk_depth, kDiskAlign);
   }
   if (o.queue_depth < 1 || o.repeats < 1) {
     fail("profile: disk queue depth {} and repeats {} must be at least 1", o.queue_depth,
@@ -276,29 +275,40 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
 
   // Reads in the pattern of weight loads: large requests, cut into chunks by
   // a disk I/O layer configured as the offload engine's.
-  r.stream_bytes = std::min<uint64_t>(o.stream_bytes, file_bytes) / kDiskAlign * kDiskAlign;
-  {
+  // Seconds per pass of `total` bytes read from the file's start in
+  // requests of `size`.
+  const auto stream_pass = [&](size_t size, uint64_t total) {
     std::vector<AlignedBuffer> big;
     DiskIoOptions so;
     so.chunk_bytes = o.chunk_bytes;
     so.queue_depth = o.chunk_depth;
     for (int i = 0; i < o.stream_in_flight; ++i) {
-      big.emplace_back(r.stream_bytes);
+      big.emplace_back(size);
       so.fixed_buffers.push_back(big.back().bytes());
     }
     DiskIo stream_engine(so);
     std::vector<Ticket> st(static_cast<size_t>(o.stream_in_flight));
-    const uint64_t n = file_bytes / r.stream_bytes;
-    r.read_stream = time_runs(
+    const uint64_t n = total / size;
+    return time_runs(
         [&] {
           for (uint64_t b = 0; b < n; ++b) {
             const size_t slot = b % st.size();
             stream_engine.wait(st[slot]);
-            st[slot] = stream_engine.read(file, b * r.stream_bytes, big[slot].data(), r.stream_bytes);
+            st[slot] = stream_engine.read(file, b * size, big[slot].data(), size);
           }
           for (auto& t : st) stream_engine.wait(t);
         },
         plan);
+  };
+  r.stream_bytes = std::min<uint64_t>(o.stream_bytes, file_bytes) / kDiskAlign * kDiskAlign;
+  r.read_stream = stream_pass(r.stream_bytes, file_bytes / r.stream_bytes * r.stream_bytes);
+  for (const size_t size : o.stream_sizes) {
+    if (size == 0 || size % kDiskAlign != 0 || size >= r.stream_bytes) continue;
+    const uint64_t total = std::min(o.stream_sized_bytes, file_bytes) / size * size;
+    if (total == 0) continue;
+    r.stream_sizes.push_back(size);
+    r.stream_sized_pass_bytes.push_back(total);
+    r.read_stream_sized.push_back(stream_pass(size, total));
   }
 
   // Reads as KV pages on disk are read: one record per request at scattered

@@ -1,10 +1,9 @@
 // Measurements of the machine Strata runs on, for `strata profile`
-// (plan/machine_profile.h): sequential disk bandwidth through the disk I/O layer (io_uring, O_DIRECT,
-// many blocks in flight), host<->device copies and the GEMM and paged
-// attention rates of a Backend, the RAM read rate, and the memory sizes.
-// Every measurement warms up first, then repeats and keeps the median with
-// its range (core/bench.h), so one slow run on a shared machine does not
-// become the number.
+// (plan/machine_profile.h): sequential disk bandwidth through the disk I/O layer (io_uring,
+// O_DIRECT, many blocks in flight), host<->device copies and the GEMM and paged attention rates of
+// a Backend, the RAM read rate, and the memory sizes. Every measurement warms up first, then
+// repeats and keeps the median with its range (core/bench.h), so one slow run on a shared machine
+// does not become the number.
 //
 // It measures; it does not decide what a number means to the cost model
 // (plan/machine_profile.cpp maps them onto a HardwareProfile). Rates come back in
@@ -51,6 +50,10 @@ struct DiskMeasureOptions {
   // layer's share), stream_in_flight of them (double buffering), each cut by
   // the disk I/O layer into chunk_bytes pieces with chunk_depth in flight.
   size_t stream_bytes = size_t{64} << 20;
+  // The same at smaller requests (a small model's layer), stream_sized_bytes
+  // per pass at most.
+  std::vector<size_t> stream_sizes{size_t{1} << 20, size_t{4} << 20, size_t{16} << 20};
+  uint64_t stream_sized_bytes = uint64_t{256} << 20;
   int stream_in_flight = 2;
   size_t chunk_bytes = size_t{1} << 20;
   int chunk_depth = 16;
@@ -69,14 +72,19 @@ struct DiskMeasureOptions {
 struct DiskRates {
   RunTimes read, write, write_kv;  // seconds per pass
   RunTimes read_stream;            // seconds per read pass as the engine loads weights
+  // Per size of DiskMeasureOptions::stream_sizes: seconds per pass of
+  // stream_sized_pass_bytes[i] in requests of that size.
+  std::vector<size_t> stream_sizes;
+  std::vector<RunTimes> read_stream_sized;
+  std::vector<uint64_t> stream_sized_pass_bytes;
   // Per size of DiskMeasureOptions::kv_read_sizes: seconds per pass of
   // kv_read_pass_bytes[i] in scattered requests of that size.
   std::vector<size_t> kv_read_sizes;
   std::vector<RunTimes> read_kv;
   std::vector<uint64_t> kv_read_pass_bytes;
   size_t stream_bytes = 0;
-  uint64_t file_bytes = 0;         // bytes per read or write pass
-  uint64_t kv_pass_bytes = 0;      // bytes per KV write pass
+  uint64_t file_bytes = 0;     // bytes per read or write pass
+  uint64_t kv_pass_bytes = 0;  // bytes per KV write pass
   size_t block_bytes = 0, kv_block_bytes = 0;
   int queue_depth = 0;
   bool direct = true;   // false: the filesystem has no O_DIRECT, the page cache was in the way
@@ -89,6 +97,9 @@ struct DiskRates {
   double write_kv_bytes_per_s() const { return write_kv.rate(static_cast<double>(kv_pass_bytes)); }
   double read_kv_bytes_per_s(size_t i) const {
     return read_kv[i].rate(static_cast<double>(kv_read_pass_bytes[i]));
+  }
+  double read_stream_sized_bytes_per_s(size_t i) const {
+    return read_stream_sized[i].rate(static_cast<double>(stream_sized_pass_bytes[i]));
   }
 };
 

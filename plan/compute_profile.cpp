@@ -1,10 +1,14 @@
 // Measuring the engine's compute (compute_profile.h).
 #include "plan/compute_profile.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -40,11 +44,22 @@ constexpr int64_t kLongCtx = 1024;
 const std::vector<int64_t> kPrefillSeqs{1, 4, 16, 32, 64};  // of kPage tokens each
 constexpr int64_t kLongPrompt = 512;
 
-// The names of the tensors a measurement reads: layer 0's and the globals.
-std::set<std::string> measured_tensors(const ModelDesc& desc) {
+// The size of the largest CPU cache (the third level's, else the second's;
+// 32 MiB when the system does not say).
+size_t last_level_cache_bytes() {
+  for (const int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    const long v = sysconf(name);
+    if (v > 0) return static_cast<size_t>(v);
+  }
+  return size_t{32} << 20;
+}
+
+// The names of the tensors a measurement reads: the first `n_layers`
+// layers' and the globals.
+std::set<std::string> measured_tensors(const ModelDesc& desc, int64_t n_layers) {
   std::set<std::string> names;
   for (const PackLayoutUnit& u : pack_layout(desc)) {
-    if (u.layer > 0) continue;
+    if (u.layer >= n_layers) continue;
     for (const TensorInfo* t : u.tensors) names.insert(t->name);
   }
   return names;
@@ -55,6 +70,26 @@ DType engine_dtype(const TensorInfo& t, const EngineOptions& eo) {
   PackOptions po;
   po.weight_dtype = eo.weight_dtype;
   return pack_dtype(t.name, t.shape, t.dtype, po);
+}
+
+// How many layers run between two runs of layer 0 to take its weights out
+// of the caches, as the engine's other layers do: weights of twice the
+// last-level cache, or all the model has (then the engine keeps them in the
+// caches too).
+int64_t eviction_layers(const Model& model, const EngineOptions& eo) {
+  uint64_t layer_bytes = 0;
+  for (const PackLayoutUnit& u : pack_layout(model.desc())) {
+    if (u.layer != 0) continue;
+    for (const TensorInfo* t : u.tensors) {
+      layer_bytes += t->shape.size() == 2 ? row_bytes(engine_dtype(*t, eo), t->shape[1]) *
+                                                static_cast<uint64_t>(t->shape[0])
+                                          : t->nbytes;
+    }
+  }
+  const uint64_t want = 2 * last_level_cache_bytes();
+  const auto n =
+      static_cast<int64_t>((want + layer_bytes - 1) / std::max<uint64_t>(1, layer_bytes));
+  return std::min<int64_t>(std::max<int64_t>(n, 1), model.config().n_layer - 1);
 }
 
 // A [rows, cols] matrix of dtype t holding random values of a trained
@@ -91,6 +126,7 @@ class Bench {
       : model_(model),
         eo_(eo),
         timing_(timing),
+        n_evict_(eviction_layers(model, eo)),
         be_(eo.threads),
         weights_(model, be_, source()),
         fwd_(be_, model.config(), eo.compute_dtype) {
@@ -124,41 +160,62 @@ class Bench {
   }
 
   // Seconds of one layer over n_seq sequences of n_new new tokens after
-  // `cached` keys each.
-  double layer(int64_t n_seq, int64_t cached, int64_t n_new) {
+  // `cached` keys each; `cold`: with the caches evicted before each run.
+  double layer(int64_t n_seq, int64_t cached, int64_t n_new, bool cold = false) {
     const MicroBatchHost host = batch(n_seq, cached, n_new);
     const int64_t rows = host.n_tokens() * model_.config().n_embd;
-    return time_runs(
-               [&] {
-                 be_.copy_to_device(hidden_.data(), hidden0_.data(),
-                                    static_cast<size_t>(rows) * sizeof(float));
-                 const MicroBatch mb = upload_micro_batch(be_, host, meta_);
-                 fwd_.layer(0, weights_.layer(0), kv_, mb, hidden_.as<float>());
-                 be_.synchronize();
-               },
-               timing_)
-        .median;
+    return time(
+        [&] {
+          be_.copy_to_device(hidden_.data(), hidden0_.data(),
+                             static_cast<size_t>(rows) * sizeof(float));
+          const MicroBatch mb = upload_micro_batch(be_, host, meta_);
+          fwd_.layer(0, weights_.layer(0), kv_, mb, hidden_.as<float>());
+          be_.synchronize();
+        },
+        cold);
   }
 
   // Seconds of the embeddings and the head of a decode step of n_seq
   // sequences.
-  double head(int64_t n_seq) {
+  double head(int64_t n_seq, bool cold = false) {
     const MicroBatchHost host = batch(n_seq, kShortCtx - 1, 1);
-    return time_runs(
-               [&] {
-                 const MicroBatch mb = upload_micro_batch(be_, host, meta_);
-                 fwd_.embed(weights_.global(), mb, hidden_.as<float>());
-                 fwd_.head(weights_.global(), mb, hidden_.as<float>(), logits_.as<float>());
-                 be_.synchronize();
-               },
-               timing_)
-        .median;
+    return time(
+        [&] {
+          const MicroBatch mb = upload_micro_batch(be_, host, meta_);
+          fwd_.embed(weights_.global(), mb, hidden_.as<float>());
+          fwd_.head(weights_.global(), mb, hidden_.as<float>(), logits_.as<float>());
+          be_.synchronize();
+        },
+        cold);
   }
 
  private:
+  // The median seconds of `body`: repeated back to back (its data stays in
+  // the caches), or `cold`: each run after layers 1..n_evict_ of one
+  // sequence, as the engine's other layers run between two runs of one.
+  double time(const std::function<void()>& body, bool cold) {
+    if (!cold) return time_runs(body, timing_).median;
+    const MicroBatchHost one = batch(1, kShortCtx - 1, 1);
+    std::vector<double> t;
+    const int reps = std::max(timing_.min_reps, 3);
+    for (int r = -timing_.warmup; r < reps; ++r) {
+      const MicroBatch mb = upload_micro_batch(be_, one, meta_);
+      for (int64_t l = 1; l <= n_evict_; ++l) {
+        fwd_.layer(l, weights_.layer(l), kv_, mb, hidden_.as<float>());
+      }
+      be_.synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      body();
+      const std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0;
+      if (r >= 0) t.push_back(d.count());
+    }
+    std::nth_element(t.begin(), t.begin() + static_cast<ptrdiff_t>(t.size() / 2), t.end());
+    return t[t.size() / 2];
+  }
+
   MatrixSource source() {
     if (!eo_.weight_dtype) return {};  // the model's own bytes, as the engine reads them
-    return [this, names = measured_tensors(model_.desc())](
+    return [this, names = measured_tensors(model_.desc(), n_evict_ + 1)](
                const TensorInfo& t) -> std::optional<MatrixView> {
       const DType d = engine_dtype(t, eo_);
       if (t.shape.size() != 2 || d == t.dtype || !names.count(t.name)) return std::nullopt;
@@ -193,6 +250,7 @@ class Bench {
   const Model& model_;
   const EngineOptions& eo_;
   const TimingPlan& timing_;
+  int64_t n_evict_;  // layers 1..n_evict_ run between cold runs
   CpuBackend be_;
   std::vector<DeviceBuffer> owned_;  // requantized matrices (before weights_)
   ResidentWeights weights_;
@@ -220,7 +278,7 @@ std::string this_build() {
 std::string engine_compute_key(const Model& model, const EngineOptions& eo) {
   const ModelConfig& c = model.config();
   std::string dtypes;
-  const std::set<std::string> names = measured_tensors(model.desc());
+  const std::set<std::string> names = measured_tensors(model.desc(), 1);
   for (const TensorInfo& t : model.desc().tensors) {
     if (t.shape.size() == 2 && names.count(t.name)) {
       dtypes += fmt::format("{}:{},", t.name, dtype_name(engine_dtype(t, eo)));
@@ -248,9 +306,11 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
     std::vector<double> t;
     for (int64_t g : kDecodeRows) {
       t.push_back(b.layer(g, kShortCtx - 1, 1));
+      t.push_back(b.layer(g, kShortCtx - 1, 1, true));
       t.push_back(b.head(g));
+      t.push_back(b.head(g, true));
     }
-    t.push_back(b.layer(kSlopeRows, long_ctx - 1, 1));
+    t.push_back(b.layer(kSlopeRows, long_ctx - 1, 1, true));
     t.push_back(b.layer(1, 0, long_prompt));
     for (int64_t n : kPrefillSeqs) t.push_back(b.layer(n, 0, kPage));
     t.push_back(b.layer(n_short, 0, kPage));
@@ -269,11 +329,14 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
   for (int64_t g : kDecodeRows) {
     c.decode_rows.push_back(static_cast<double>(g));
     c.decode_layer_s.push_back(t[i++]);
+    c.decode_layer_cold_s.push_back(t[i++]);
     c.head_rows.push_back(static_cast<double>(g));
     c.head_s.push_back(t[i++]);
+    c.head_cold_s.push_back(t[i++]);
   }
   const double at_long = t[i++];
-  const double at_short = c.decode_layer(static_cast<double>(kSlopeRows), c.decode_ctx);
+  const double at_short =
+      interpolate(c.decode_rows, c.decode_layer_cold_s, static_cast<double>(kSlopeRows));
   c.decode_key_s = std::max(
       0.0, (at_long - at_short) / static_cast<double>(kSlopeRows * (long_ctx - kShortCtx)));
 
@@ -292,8 +355,14 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
   }
   // More rows or tokens never take less time: a point below the one before
   // it is the machine's noise, and takes that one's time.
-  for (std::vector<double>* v : {&c.decode_layer_s, &c.prefill_layer_s, &c.head_s}) {
+  for (std::vector<double>* v :
+       {&c.decode_layer_s, &c.decode_layer_cold_s, &c.prefill_layer_s, &c.head_s, &c.head_cold_s}) {
     for (size_t k = 1; k < v->size(); ++k) (*v)[k] = std::max((*v)[k], (*v)[k - 1]);
+  }
+  // Nor out of the caches less than in them.
+  for (size_t k = 0; k < c.decode_rows.size(); ++k) {
+    c.decode_layer_cold_s[k] = std::max(c.decode_layer_cold_s[k], c.decode_layer_s[k]);
+    c.head_cold_s[k] = std::max(c.head_cold_s[k], c.head_s[k]);
   }
   c.validate("the measured compute");
   return c;

@@ -13,6 +13,11 @@
 //   prefill 1, 4, 16, 32, 64 sequences of 16 tokens, and one sequence of
 //           up to 512 tokens for the part that grows with its square;
 //   head    the embeddings of g tokens and the logits of g rows.
+// Decode and head points are measured twice: run back to back (in the
+// caches) and each after the model's next layers ran (out of the caches, as
+// in the engine, where the other layers run between two runs of one):
+// layers 1..n of one sequence, n the fewest whose weights are twice the
+// last-level cache (sysconf), or all the model has.
 // Each point is the median of repeated runs after a warm-up (core/bench.h),
 // the faster of two passes over the grid (a disturbance from elsewhere on
 // the machine seldom lasts through both); a point below the one before it

@@ -157,8 +157,10 @@ std::string machine_key(const std::string& offload_dir) {
 
 std::string profile_cache_dir(const std::string& offload_dir) {
   std::vector<fs::path> candidates;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) candidates.push_back(fs::path(x) / "strata");
-  if (const char* h = std::getenv("HOME"); h && *h) candidates.push_back(fs::path(h) / ".cache" / "strata");
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    candidates.push_back(fs::path(x) / "strata");
+  if (const char* h = std::getenv("HOME"); h && *h)
+    candidates.push_back(fs::path(h) / ".cache" / "strata");
   candidates.push_back(fs::path(offload_dir));
   for (const fs::path& c : candidates) {
     std::error_code ec;
@@ -240,8 +242,7 @@ std::string measure_machine(const ProfileRequest& a) {
   spdlog::info("profile: disk ({}{}): read {} ({} requests: {}), write {}, {} writes {}",
                disk.backend, disk.direct ? ", O_DIRECT" : ", buffered",
                gbs(disk.read_bytes_per_s()), format_bytes(static_cast<double>(disk.stream_bytes)),
-               gbs(disk.read_stream_bytes_per_s()),
-               gbs(disk.write_bytes_per_s()),
+               gbs(disk.read_stream_bytes_per_s()), gbs(disk.write_bytes_per_s()),
                format_bytes(static_cast<double>(disk.kv_block_bytes)),
                gbs(disk.write_kv_bytes_per_s()));
   if (!disk.direct) {
@@ -330,6 +331,13 @@ std::string measure_machine(const ProfileRequest& a) {
     hw.disk_to_cpu_kv.emplace_back(static_cast<double>(disk.kv_read_sizes[i]),
                                    round_rate(disk.read_kv_bytes_per_s(i)));
   }
+  for (size_t i = 0; i < disk.stream_sizes.size(); ++i) {
+    hw.disk_to_cpu_weights.emplace_back(static_cast<double>(disk.stream_sizes[i]),
+                                        round_rate(disk.read_stream_sized_bytes_per_s(i)));
+  }
+  if (!hw.disk_to_cpu_weights.empty()) {
+    hw.disk_to_cpu_weights.emplace_back(static_cast<double>(disk.stream_bytes), hw.disk_to_cpu);
+  }
   hw.gemm_prefill_flops = round_flops(gemm_prefill);
   hw.gemm_decode_flops = round_flops(gemm_decode);
   hw.attention_prefill_flops = round_flops(attention_prefill);
@@ -377,11 +385,21 @@ std::string measure_machine(const ProfileRequest& a) {
   h += fmt::format(
       "#     sequential reads of a {} file in {} as weight loads are read:\n"
       "#     {} requests, 2 in flight, each cut into 1M chunks, 16 in flight, {}, {}\n",
-      format_bytes(file_b), dir, format_bytes(static_cast<double>(disk.stream_bytes)),
-      disk.backend, disk.direct ? "O_DIRECT" : "buffered (no O_DIRECT here: the page cache helped)");
+      format_bytes(file_b), dir, format_bytes(static_cast<double>(disk.stream_bytes)), disk.backend,
+      disk.direct ? "O_DIRECT" : "buffered (no O_DIRECT here: the page cache helped)");
   h += fmt::format("#     (one {} block per request, {} in flight: {})\n",
                    format_bytes(static_cast<double>(disk.block_bytes)), disk.queue_depth,
                    rate_with_range(disk.read, file_b));
+  if (!disk.stream_sizes.empty()) {
+    h += "#   links.disk_to_cpu_weights: the same at smaller requests (a layer's weights\n"
+         "#     on disk is one request), the largest being links.disk_to_cpu:\n";
+    for (size_t i = 0; i < disk.stream_sizes.size(); ++i) {
+      h += fmt::format("#     {} requests: {}\n",
+                       format_bytes(static_cast<double>(disk.stream_sizes[i])),
+                       rate_with_range(disk.read_stream_sized[i],
+                                       static_cast<double>(disk.stream_sized_pass_bytes[i])));
+    }
+  }
   h += fmt::format("#   links.cpu_to_disk: {}\n", rate_with_range(disk.write, file_b));
   h += "#     the same as writes, each pass ending in fdatasync\n";
   h += fmt::format("#   links.cpu_to_disk_kv: {}\n", rate_with_range(disk.write_kv, kv_pass_b));
@@ -452,9 +470,10 @@ HardwareProfile this_machine_profile(const std::string& offload_dir) {
                    e.what());
     }
   }
-  spdlog::info("policy auto: measuring this machine once (as strata profile --quick --disk-bytes "
-               "1G, disk in {}); cached in {}",
-               offload_dir, path);
+  spdlog::info(
+      "policy auto: measuring this machine once (as strata profile --quick --disk-bytes "
+      "1G, disk in {}); cached in {}",
+      offload_dir, path);
   ProfileRequest r;
   r.offload_dir = offload_dir;
   r.disk_bytes = uint64_t{1} << 30;

@@ -233,6 +233,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double c2g = hw.cpu_to_gpu, g2c = hw.gpu_to_cpu, g2c_kv = hw.gpu_to_cpu_kv;
   const double d2c = hw.disk_to_cpu, c2d = hw.cpu_to_disk, c2d_kv = hw.cpu_to_disk_kv;
   const double dev_bw = hw.device_mem_bandwidth;
+  // A layer's weights on disk are one request (at most two in flight).
+  const double d2c_w = hw.weight_read_rate(w_layer);
   // KV on disk: a sequence's pages of one layer are records in extents of
   // consecutive slots (core/kv_layout.h), read an extent (or the pages the
   // sequence has, on average over the decode) per request.
@@ -258,10 +260,10 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   if (measured) {
     gemm_prefill = k * interpolate(compute->prefill_tokens, compute->prefill_layer_s, g * s);
     attn_prefill = B * s * s * compute->prefill_pair_s;
-    gemm_decode = k * compute->decode_layer(g * R, compute->decode_ctx);
+    gemm_decode = compute->decode_layers(g * R, k);
     attn_dev_seq = R * std::max(0.0, ctx_attend - compute->decode_ctx) * compute->decode_key_s;
-    head_prefill = k * compute->head(g);
-    head_decode = k * compute->head(g * R);
+    head_prefill = compute->heads(g, k);
+    head_decode = compute->heads(g * R, k);
   } else {
     gemm_prefill = k * roofline(g * s * flops_layer, hw.gemm_prefill_flops, w_layer, dev_bw);
     attn_prefill = B * 4 * s * s * q_dim / hw.attention_prefill_flops;
@@ -278,7 +280,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // ---- prefill layer step ----
   {
     StepCost& st = m.prefill_layer;
-    const Affine d2c_s = (1 / d2c) * (w_layer * disk(W) + hid_token * s * B * disk(ACT));
+    const Affine d2c_s = (w_layer / d2c_w) * disk(W) + (hid_token * s * B / d2c) * disk(ACT);
     const Affine c2d_s =
         (kv_token * s * B / c2d_kv) * disk(KV) + (hid_token * s * B / c2d) * disk(ACT);
     const Affine gemm = affine_constant(gemm_prefill);
@@ -301,7 +303,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   {
     StepCost& st = m.decode_layer;
     // R rows of hidden state per sequence; E kept tokens' KV stored.
-    const Affine d2c_s = (1 / d2c) * (w_layer * disk(W) + hid_token * R * B * disk(ACT)) +
+    const Affine d2c_s = (w_layer / d2c_w) * disk(W) + (hid_token * R * B / d2c) * disk(ACT) +
                          (kv_disk_s * B) * disk(KV);
     const Affine c2d_s = (1 / c2d) * (kv_token * E * B * disk(KV) + hid_token * R * B * disk(ACT));
     const Affine gemm = affine_constant(gemm_decode);
@@ -338,7 +340,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   for (Phase phase : {Phase::kPrefill, Phase::kDecode}) {
     StepCost& st = phase == Phase::kPrefill ? m.prefill_head : m.decode_head;
     const Affine gemm = affine_constant(phase == Phase::kPrefill ? head_prefill : head_decode);
-    const Affine d2c_s = ((w_head + w_embed) / d2c) * disk(W);
+    const Affine d2c_s =
+        (w_head / hw.weight_read_rate(w_head) + w_embed / hw.weight_read_rate(w_embed)) * disk(W);
     if (unified) {
       st.terms = {{"disk->cpu", d2c_s}, {gemm_name, gemm}};
       st.bounds = {{"disk->cpu", {0}}, {"compute", {1}}};

@@ -36,6 +36,22 @@ double EngineCompute::head(double g) const {
   return interpolate(head_rows, head_s, g);
 }
 
+namespace {
+double one_cold_then_warm(const std::vector<double>& x, const std::vector<double>& cold,
+                          const std::vector<double>& warm, double g, double k) {
+  if (k <= 0) return 0;
+  return interpolate(x, cold, g) + (k - 1) * interpolate(x, warm, g);
+}
+}  // namespace
+
+double EngineCompute::decode_layers(double g, double k) const {
+  return one_cold_then_warm(decode_rows, decode_layer_cold_s, decode_layer_s, g, k);
+}
+
+double EngineCompute::heads(double g, double k) const {
+  return one_cold_then_warm(head_rows, head_cold_s, head_s, g, k);
+}
+
 void EngineCompute::validate(const std::string& source) const {
   auto table = [&](const char* what, const std::vector<double>& x, const std::vector<double>& y) {
     if (x.empty() || x.size() != y.size()) {
@@ -52,8 +68,10 @@ void EngineCompute::validate(const std::string& source) const {
     }
   };
   table("decode", decode_rows, decode_layer_s);
+  table("decode out of the caches", decode_rows, decode_layer_cold_s);
   table("prefill", prefill_tokens, prefill_layer_s);
   table("head", head_rows, head_s);
+  table("head out of the caches", head_rows, head_cold_s);
   for (const auto& [what, v] : {std::pair{"decode_ctx", decode_ctx},
                                 {"decode_key_s", decode_key_s},
                                 {"prefill_seq", prefill_seq},
@@ -66,6 +84,7 @@ nlohmann::json to_json(const EngineCompute& c) {
   return {{"key", c.key},
           {"decode_rows", c.decode_rows},
           {"decode_layer_s", c.decode_layer_s},
+          {"decode_layer_cold_s", c.decode_layer_cold_s},
           {"decode_ctx", c.decode_ctx},
           {"decode_key_s", c.decode_key_s},
           {"prefill_tokens", c.prefill_tokens},
@@ -73,7 +92,8 @@ nlohmann::json to_json(const EngineCompute& c) {
           {"prefill_seq", c.prefill_seq},
           {"prefill_pair_s", c.prefill_pair_s},
           {"head_rows", c.head_rows},
-          {"head_s", c.head_s}};
+          {"head_s", c.head_s},
+          {"head_cold_s", c.head_cold_s}};
 }
 
 EngineCompute engine_compute_from_json(const nlohmann::json& j, const std::string& source) {
@@ -82,6 +102,7 @@ EngineCompute engine_compute_from_json(const nlohmann::json& j, const std::strin
     j.at("key").get_to(c.key);
     j.at("decode_rows").get_to(c.decode_rows);
     j.at("decode_layer_s").get_to(c.decode_layer_s);
+    j.at("decode_layer_cold_s").get_to(c.decode_layer_cold_s);
     j.at("decode_ctx").get_to(c.decode_ctx);
     j.at("decode_key_s").get_to(c.decode_key_s);
     j.at("prefill_tokens").get_to(c.prefill_tokens);
@@ -90,6 +111,7 @@ EngineCompute engine_compute_from_json(const nlohmann::json& j, const std::strin
     j.at("prefill_pair_s").get_to(c.prefill_pair_s);
     j.at("head_rows").get_to(c.head_rows);
     j.at("head_s").get_to(c.head_s);
+    j.at("head_cold_s").get_to(c.head_cold_s);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not a measurement of the engine's compute: {}", source, e.what());
   }

@@ -15,6 +15,13 @@
 //     layer(g, s)   = P(g * s) + g * s * s * prefill_pair_s
 //   head (the embeddings of the new tokens and the logits of one row per
 //   sequence):   head(g) = H(g)
+// D and H are measured twice: with the weights in the caches (the same
+// layer run again) and out of them (the caches evicted before each run,
+// as the other layers evict them in the engine). The engine runs a layer's
+// k micro-batches one after the other: the first finds the weights out of
+// the caches, the others in them (when they fit):
+//   decode_layers(g, k) = D_cold(g) + (k - 1) * D(g), heads(g, k) alike.
+// The slope per key is measured cold: each micro-batch has KV of its own.
 // D, P and H are piecewise linear through the measured points (beyond the
 // last point along the last segment; below the first along the first
 // segment, but never below the proportional share of the first point).
@@ -37,8 +44,9 @@ struct EngineCompute {
   // cached measurement is used only for the same key.
   std::string key;
 
-  std::vector<double> decode_rows;     // g
-  std::vector<double> decode_layer_s;  // D(g): one layer, g sequences at decode_ctx keys
+  std::vector<double> decode_rows;          // g
+  std::vector<double> decode_layer_s;       // D(g): one layer, g sequences at decode_ctx keys
+  std::vector<double> decode_layer_cold_s;  // D_cold(g): the same out of the caches
   double decode_ctx = 0;
   double decode_key_s = 0;  // per sequence and key beyond decode_ctx
 
@@ -47,12 +55,17 @@ struct EngineCompute {
   double prefill_seq = 0;
   double prefill_pair_s = 0;  // per sequence and (new token, key) pair
 
-  std::vector<double> head_rows;  // g
-  std::vector<double> head_s;     // H(g)
+  std::vector<double> head_rows;    // g
+  std::vector<double> head_s;       // H(g)
+  std::vector<double> head_cold_s;  // H_cold(g)
 
   double decode_layer(double g, double ctx) const;
   double prefill_layer(double g, double s) const;
   double head(double g) const;
+  // k micro-batches of g sequences one after the other (above), at
+  // decode_ctx keys.
+  double decode_layers(double g, double k) const;
+  double heads(double g, double k) const;
 
   // Throws Error naming `source` when an invariant above does not hold.
   void validate(const std::string& source) const;

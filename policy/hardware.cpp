@@ -69,16 +69,31 @@ std::string size_text(double bytes) {
 
 }  // namespace
 
-double HardwareProfile::kv_read_rate(double request_bytes) const {
-  if (disk_to_cpu_kv.empty()) return disk_to_cpu;
-  if (request_bytes <= disk_to_cpu_kv.front().first) return disk_to_cpu_kv.front().second;
-  if (request_bytes >= disk_to_cpu_kv.back().first) return disk_to_cpu_kv.back().second;
+namespace {
+
+// A rate by request size (sizes increasing), interpolated in the logarithm
+// of the size, its end values beyond its ends; `fallback` when empty.
+double rate_by_size(const std::vector<std::pair<double, double>>& table, double request_bytes,
+                    double fallback) {
+  if (table.empty()) return fallback;
+  if (request_bytes <= table.front().first) return table.front().second;
+  if (request_bytes >= table.back().first) return table.back().second;
   size_t i = 0;
-  while (disk_to_cpu_kv[i + 1].first < request_bytes) ++i;
-  const auto [x0, y0] = disk_to_cpu_kv[i];
-  const auto [x1, y1] = disk_to_cpu_kv[i + 1];
+  while (table[i + 1].first < request_bytes) ++i;
+  const auto [x0, y0] = table[i];
+  const auto [x1, y1] = table[i + 1];
   const double t = std::log(request_bytes / x0) / std::log(x1 / x0);
   return y0 + t * (y1 - y0);
+}
+
+}  // namespace
+
+double HardwareProfile::kv_read_rate(double request_bytes) const {
+  return rate_by_size(disk_to_cpu_kv, request_bytes, disk_to_cpu);
+}
+
+double HardwareProfile::weight_read_rate(double request_bytes) const {
+  return rate_by_size(disk_to_cpu_weights, request_bytes, disk_to_cpu);
 }
 
 double HardwareProfile::cpu_attention_rate(int64_t gpu_batch_size, int64_t hidden) const {
@@ -99,12 +114,16 @@ void validate_hardware_profile(const HardwareProfile& hw, const std::string& sou
   require_positive(hw.disk_to_cpu, source, "links.disk_to_cpu", "rate in bytes per second");
   require_positive(hw.cpu_to_disk, source, "links.cpu_to_disk", "rate in bytes per second");
   require_positive(hw.cpu_to_disk_kv, source, "links.cpu_to_disk_kv", "rate in bytes per second");
-  for (size_t i = 0; i < hw.disk_to_cpu_kv.size(); ++i) {
-    const auto& [size, rate] = hw.disk_to_cpu_kv[i];
-    if (!(size > 0) || (i > 0 && !(size > hw.disk_to_cpu_kv[i - 1].first))) {
-      fail("{}: links.disk_to_cpu_kv: request sizes must be positive and different", source);
+  for (const auto& [table, name] :
+       {std::pair{&hw.disk_to_cpu_kv, "links.disk_to_cpu_kv"},
+        std::pair{&hw.disk_to_cpu_weights, "links.disk_to_cpu_weights"}}) {
+    for (size_t i = 0; i < table->size(); ++i) {
+      const auto& [size, rate] = (*table)[i];
+      if (!(size > 0) || (i > 0 && !(size > (*table)[i - 1].first))) {
+        fail("{}: {}: request sizes must be positive and different", source, name);
+      }
+      require_positive(rate, source, name, "rate in bytes per second");
     }
-    require_positive(rate, source, "links.disk_to_cpu_kv", "rate in bytes per second");
   }
   if (hw.device == DeviceKind::kGpu) {
     require_positive(hw.cpu_to_gpu, source, "links.cpu_to_gpu", "rate in bytes per second");
@@ -159,7 +178,7 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
 
   const Map links = root.map("links");
   links.check_keys({"disk_to_cpu", "cpu_to_disk", "cpu_to_gpu", "gpu_to_cpu", "gpu_to_cpu_kv",
-                    "cpu_to_disk_kv", "disk_to_cpu_kv"});
+                    "cpu_to_disk_kv", "disk_to_cpu_kv", "disk_to_cpu_weights"});
   hw.disk_to_cpu = links.bytes("disk_to_cpu");
   hw.cpu_to_disk = links.bytes("cpu_to_disk");
   if (hw.device == DeviceKind::kGpu) {
@@ -171,19 +190,22 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
   }
   hw.gpu_to_cpu_kv = links.optional_bytes("gpu_to_cpu_kv").value_or(hw.gpu_to_cpu);
   hw.cpu_to_disk_kv = links.optional_bytes("cpu_to_disk_kv").value_or(hw.cpu_to_disk);
-  if (const auto kv = links.optional_map("disk_to_cpu_kv")) {
-    for (const auto& item : links.node("disk_to_cpu_kv")) {
+  for (const auto& [table, key] : {std::pair{&hw.disk_to_cpu_kv, "disk_to_cpu_kv"},
+                                   std::pair{&hw.disk_to_cpu_weights, "disk_to_cpu_weights"}}) {
+    const auto by_size = links.optional_map(key);
+    if (!by_size) continue;
+    for (const auto& item : links.node(key)) {
       const std::string size_key = item.first.IsScalar() ? item.first.Scalar() : std::string();
       double size = 0;
       try {
         size = static_cast<double>(parse_bytes(size_key));
       } catch (const Error&) {
-        links.fail_at("disk_to_cpu_kv", "'" + yaml_fields::printable(size_key) +
-                                            "' is not a request size such as 16K");
+        links.fail_at(
+            key, "'" + yaml_fields::printable(size_key) + "' is not a request size such as 16K");
       }
-      hw.disk_to_cpu_kv.emplace_back(size, kv->bytes(size_key));
+      table->emplace_back(size, by_size->bytes(size_key));
     }
-    std::sort(hw.disk_to_cpu_kv.begin(), hw.disk_to_cpu_kv.end());
+    std::sort(table->begin(), table->end());
   }
 
   const Map cpu = root.map("cpu_compute");
@@ -286,9 +308,11 @@ std::string hardware_profile_to_yaml(const HardwareProfile& hw) {
     e << YAML::Key << "gpu_to_cpu_kv" << YAML::Value << size_text(hw.gpu_to_cpu_kv);
   }
   e << YAML::Key << "cpu_to_disk_kv" << YAML::Value << size_text(hw.cpu_to_disk_kv);
-  if (!hw.disk_to_cpu_kv.empty()) {
-    e << YAML::Key << "disk_to_cpu_kv" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    for (const auto& [size, rate] : hw.disk_to_cpu_kv) {
+  for (const auto& [table, key] : {std::pair{&hw.disk_to_cpu_kv, "disk_to_cpu_kv"},
+                                   std::pair{&hw.disk_to_cpu_weights, "disk_to_cpu_weights"}}) {
+    if (table->empty()) continue;
+    e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
+    for (const auto& [size, rate] : *table) {
       e << YAML::Key << size_text(size) << YAML::Value << size_text(rate);
     }
     e << YAML::EndMap;

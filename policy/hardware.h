@@ -28,6 +28,9 @@
 //     disk_to_cpu_kv: {4K: 0.09G, 16K: 0.35G, 64K: 0.9G}
 //                                    # optional: KV page reads by request size
 //                                    # (default disk_to_cpu at every size)
+//     disk_to_cpu_weights: {1M: 1.1G, 4M: 1.9G, 16M: 2.8G}
+//                                    # optional: weight loads by request size (a
+//                                    # layer's weights on disk; default disk_to_cpu)
 //   device_compute:                  # optional with device: cpu (then from cpu_compute)
 //     gemm_prefill_tflops: 21.24     # matrix products over many tokens
 //     gemm_decode_tflops: 4.3        # matrix products of one token per sequence
@@ -71,6 +74,10 @@ struct HardwareProfile {
   // KV page reads from disk: (request bytes, bytes per second), sizes
   // increasing; empty: disk_to_cpu.
   std::vector<std::pair<double, double>> disk_to_cpu_kv;
+  // Weight loads from disk, two requests in flight as the engine streams
+  // layers: (request bytes, bytes per second), sizes increasing; empty:
+  // disk_to_cpu.
+  std::vector<std::pair<double, double>> disk_to_cpu_weights;
 
   // Compute device, FLOP/s (and bytes/s for the roofline; 0 = no roofline).
   double gemm_prefill_flops = 0;
@@ -93,6 +100,8 @@ struct HardwareProfile {
   // interpolated in the logarithm of the size, its end values beyond its
   // ends; disk_to_cpu without it.
   double kv_read_rate(double request_bytes) const;
+  // The same for weight loads (disk_to_cpu_weights).
+  double weight_read_rate(double request_bytes) const;
   // CPU attention rate for a micro-batch size and hidden size (applies the fit).
   double cpu_attention_rate(int64_t gpu_batch_size, int64_t hidden) const;
 };

@@ -85,6 +85,14 @@ TEST(ComputeProfile, MeasuresEveryPointOfTheTables) {
   EXPECT_NO_THROW(c.validate("measured"));
   EXPECT_EQ(c.decode_rows, (std::vector<double>{1, 2, 4, 8, 16, 32, 64, 128}));
   EXPECT_EQ(c.head_rows, c.decode_rows);
+  // Out of the caches never faster than in them (the model's other layers
+  // ran before each cold run: the fixture's are all in the caches anyway).
+  ASSERT_EQ(c.decode_layer_cold_s.size(), c.decode_rows.size());
+  ASSERT_EQ(c.head_cold_s.size(), c.head_rows.size());
+  for (size_t i = 0; i < c.decode_rows.size(); ++i) {
+    EXPECT_GE(c.decode_layer_cold_s[i], c.decode_layer_s[i]) << c.decode_rows[i];
+    EXPECT_GE(c.head_cold_s[i], c.head_s[i]) << c.head_rows[i];
+  }
   EXPECT_EQ(c.prefill_tokens, (std::vector<double>{16, 64, 256, 512, 1024}));
   EXPECT_EQ(c.decode_ctx, 16);
   EXPECT_EQ(c.prefill_seq, 16);

@@ -136,6 +136,16 @@ void expect_measured(const HardwareProfile& hw) {
     EXPECT_GT(hw.disk_to_cpu_kv[i].second, 1e5);
     EXPECT_LT(hw.disk_to_cpu_kv[i].second, 1e13);
   }
+  // Weight loads at smaller requests than disk_to_cpu's (a small model's
+  // layer), that rate last.
+  ASSERT_EQ(hw.disk_to_cpu_weights.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(hw.disk_to_cpu_weights[i].first, 1048576.0 * (1 << (2 * i)));
+    EXPECT_GT(hw.disk_to_cpu_weights[i].second, 1e5);
+    EXPECT_LT(hw.disk_to_cpu_weights[i].second, 1e13);
+  }
+  EXPECT_GT(hw.disk_to_cpu_weights[3].first, hw.disk_to_cpu_weights[2].first);
+  EXPECT_EQ(hw.disk_to_cpu_weights[3].second, hw.disk_to_cpu);
 }
 
 TEST(Profile, QuickWritesAProfileThatPolicyPlansWith) {

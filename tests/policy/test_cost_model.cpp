@@ -370,6 +370,13 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
   const double rate = 10 + 30 * std::log2(15.0) / 4;  // log2-interpolated at 60K
   EXPECT_REL(term(longer.decode_layer, "disk->cpu", x),
              kWl * 0.25 / 100 + kKt * 228 * 6 * 0.25 / rate);
+  // With weight read rates by request size, a layer's weights are read at
+  // the rate of one layer's bytes (here half way in log2: 4x each side).
+  t.hw.disk_to_cpu_kv.clear();
+  t.hw.disk_to_cpu_weights = {{kWl / 4, 50}, {kWl * 4, 200}};
+  const CostModel w = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  EXPECT_REL(term(w.decode_layer, "disk->cpu", x), kWl * 0.25 / 125 + kKt * 10 * 6 * 0.25 / 100);
+  EXPECT_REL(term(w.prefill_layer, "disk->cpu", x), kWl * 0.25 / 125);
 }
 
 // FlexGen's formulas for the terms both models share (experimental/

@@ -22,6 +22,7 @@ EngineCompute table() {
   c.key = "test";
   c.decode_rows = {1, 2, 4, 8};
   c.decode_layer_s = {1e-3, 1.5e-3, 2e-3, 4e-3};
+  c.decode_layer_cold_s = {1.2e-3, 2e-3, 2.5e-3, 4e-3};
   c.decode_ctx = 16;
   c.decode_key_s = 1e-7;
   c.prefill_tokens = {16, 64, 256};
@@ -30,6 +31,7 @@ EngineCompute table() {
   c.prefill_pair_s = 1e-8;
   c.head_rows = {1, 2, 4, 8};
   c.head_s = {3e-3, 3.2e-3, 3.6e-3, 4.4e-3};
+  c.head_cold_s = {4e-3, 4.4e-3, 5e-3, 6e-3};
   return c;
 }
 
@@ -62,6 +64,11 @@ TEST(EngineCompute, LayerAndHeadFollowTheModelOfTheHeader) {
   EXPECT_REL(c.decode_layer(6, 1016), 3e-3 + 6 * 1000 * 1e-7);
   EXPECT_REL(c.prefill_layer(2, 32), 5e-3 + 2 * 32 * 32 * 1e-8);
   EXPECT_REL(c.head(3), 3.4e-3);
+  // k micro-batches: the first out of the caches, the others in them.
+  EXPECT_REL(c.decode_layers(4, 1), 2.5e-3);
+  EXPECT_REL(c.decode_layers(3, 3), 2.25e-3 + 2 * 1.75e-3);
+  EXPECT_REL(c.heads(2, 4), 4.4e-3 + 3 * 3.2e-3);
+  EXPECT_REL(c.heads(2, 0), 0);
 }
 
 TEST(EngineCompute, JsonRoundTripsAndBadTablesAreRefused) {
@@ -71,11 +78,16 @@ TEST(EngineCompute, JsonRoundTripsAndBadTablesAreRefused) {
   EXPECT_EQ(back.decode_layer_s, c.decode_layer_s);
   EXPECT_EQ(back.prefill_tokens, c.prefill_tokens);
   EXPECT_EQ(back.head_s, c.head_s);
+  EXPECT_EQ(back.decode_layer_cold_s, c.decode_layer_cold_s);
+  EXPECT_EQ(back.head_cold_s, c.head_cold_s);
   EXPECT_EQ(back.decode_key_s, c.decode_key_s);
   EXPECT_EQ(back.prefill_pair_s, c.prefill_pair_s);
 
   nlohmann::json j = to_json(c);
   j.erase("head_s");
+  EXPECT_THROW(engine_compute_from_json(j, "t.json"), Error);
+  j = to_json(c);
+  j["head_cold_s"] = {4e-3, 4.4e-3, 5e-3};
   EXPECT_THROW(engine_compute_from_json(j, "t.json"), Error);
   j = to_json(c);
   j["decode_rows"] = {1, 4, 2, 8};
@@ -111,13 +123,14 @@ TEST(EngineCompute, CostModelOnTheCpuDeviceUsesTheMeasuredTimes) {
   // Prefill: P(g s) per micro-batch, the square part per sequence.
   EXPECT_REL(term(m.prefill_layer, "layer", x), k * (5e-3 + (80 - 64) * (12e-3 / 192)));
   EXPECT_REL(term(m.prefill_layer, "attention", x), B * s * s * 1e-8);
-  // Decode: D(g) per micro-batch, the keys beyond 16 per sequence.
-  EXPECT_REL(term(m.decode_layer, "layer", x), k * 1.5e-3);
+  // Decode: D_cold(g) for the first micro-batch, D(g) for the others, the
+  // keys beyond 16 per sequence.
+  EXPECT_REL(term(m.decode_layer, "layer", x), 2e-3 + (k - 1) * 1.5e-3);
   EXPECT_REL(term(m.decode_layer, "attention", x), B * (ctx - 16) * 1e-7);
-  EXPECT_REL(m.decode_head.seconds(x), k * 3.2e-3);
-  EXPECT_REL(m.prefill_head.seconds(x), k * 3.2e-3);
+  EXPECT_REL(m.decode_head.seconds(x), 4.4e-3 + (k - 1) * 3.2e-3);
+  EXPECT_REL(m.prefill_head.seconds(x), 4.4e-3 + (k - 1) * 3.2e-3);
   // Everything in RAM: the step is its compute.
-  EXPECT_REL(m.decode_layer.seconds(x), k * 1.5e-3 + B * (ctx - 16) * 1e-7);
+  EXPECT_REL(m.decode_layer.seconds(x), 2e-3 + (k - 1) * 1.5e-3 + B * (ctx - 16) * 1e-7);
   EXPECT_EQ(m.decode_layer.bound_label(m.decode_layer.binding(x), x), "compute");
 
   // Without the table the same run uses the profile's rates.

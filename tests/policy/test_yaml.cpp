@@ -199,6 +199,39 @@ cpu_compute: {gemm_tflops: 1, attention_tflops: 0.1}
   EXPECT_CONTAINS(e, "hw.yaml: links.disk_to_cpu_kv: 'big' is not a request size");
 }
 
+TEST(PolicyHardwareYaml, WeightReadRatesBySize) {
+  HardwareProfile hw = parse_hardware_profile(R"(
+name: w
+device: cpu
+memory: {cpu: 1G, disk: 16G}
+links: {disk_to_cpu: 3G, cpu_to_disk: 1G, disk_to_cpu_weights: {4M: 2G, 1M: 1G, 64M: 3G}}
+cpu_compute: {gemm_tflops: 1, attention_tflops: 0.1}
+)",
+                                              "w.yaml");
+  const double g = 1073741824.0;
+  ASSERT_EQ(hw.disk_to_cpu_weights.size(), 3u);
+  EXPECT_EQ(hw.disk_to_cpu_weights[0], std::make_pair(1048576.0, g));  // sorted by size
+  EXPECT_EQ(hw.weight_read_rate(1 << 20), g);
+  EXPECT_DOUBLE_EQ(hw.weight_read_rate(2 << 20), 1.5 * g);  // half way in log2 from 1M to 4M
+  EXPECT_DOUBLE_EQ(hw.weight_read_rate(16 << 20), 2.5 * g);
+  EXPECT_EQ(hw.weight_read_rate(1 << 10), g);
+  EXPECT_EQ(hw.weight_read_rate(1 << 30), 3 * g);
+  EXPECT_EQ(hw.kv_read_rate(1 << 20), 3 * g) << "KV reads have a table of their own";
+  const HardwareProfile again = parse_hardware_profile(hardware_profile_to_yaml(hw), "again");
+  EXPECT_EQ(again.disk_to_cpu_weights, hw.disk_to_cpu_weights);
+  hw.disk_to_cpu_weights.clear();
+  EXPECT_EQ(hw.weight_read_rate(1 << 20), hw.disk_to_cpu);
+
+  const std::string e = error_of([] {
+    parse_hardware_profile(
+        "name: x\ndevice: cpu\nmemory: {cpu: 1G}\n"
+        "links: {disk_to_cpu: 1G, cpu_to_disk: 1G, disk_to_cpu_weights: {1M: 0}}\n"
+        "cpu_compute: {gemm_tflops: 1, attention_tflops: 1}\n",
+        "hw.yaml");
+  });
+  EXPECT_CONTAINS(e, "hw.yaml: links.disk_to_cpu_weights");
+}
+
 TEST(PolicyHardwareYaml, BadProfilesNameTheKey) {
   std::string e = error_of(
       [] { parse_hardware_profile(test::tiny_gpu_yaml("{gpu: lots, cpu: 4G}"), "hw.yaml"); });
