@@ -127,8 +127,15 @@ TEST(EngineCompute, CostModelOnTheCpuDeviceUsesTheMeasuredTimes) {
   // keys beyond 16 per sequence.
   EXPECT_REL(term(m.decode_layer, "layer", x), 2e-3 + (k - 1) * 1.5e-3);
   EXPECT_REL(term(m.decode_layer, "attention", x), B * (ctx - 16) * 1e-7);
-  EXPECT_REL(m.decode_head.seconds(x), 4.4e-3 + (k - 1) * 3.2e-3);
-  EXPECT_REL(m.prefill_head.seconds(x), 4.4e-3 + (k - 1) * 3.2e-3);
+  // The head step waits for its weights' disk share, then computes (no
+  // overlap): the sum.
+  EXPECT_REL(term(m.decode_head, "layer", x), 4.4e-3 + (k - 1) * 3.2e-3);
+  EXPECT_REL(term(m.prefill_head, "layer", x), 4.4e-3 + (k - 1) * 3.2e-3);
+  Placement on_disk = x;
+  on_disk[Share::kWCpu] = 0.5;  // 1 - 0.5 exactly on disk
+  EXPECT_GT(term(m.decode_head, "disk->cpu", on_disk), 0);
+  EXPECT_REL(m.decode_head.seconds(on_disk),
+             term(m.decode_head, "disk->cpu", on_disk) + term(m.decode_head, "layer", on_disk));
   // Everything in RAM: the step is its compute.
   EXPECT_REL(m.decode_layer.seconds(x), 2e-3 + (k - 1) * 1.5e-3 + B * (ctx - 16) * 1e-7);
   EXPECT_EQ(m.decode_layer.bound_label(m.decode_layer.binding(x), x), "compute");
