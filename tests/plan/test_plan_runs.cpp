@@ -81,16 +81,19 @@ bool smallest_plan_fits(const Model& model, const PlanRequest& r, const RunShape
   return false;
 }
 
-TEST(PlanRuns, EveryPlanOfTheSearchRunsWithinItsMemory) {
-  const test::ScratchDir dir("strata-plan-runs");
-  const std::string cpu_hw = dir.file("cpu.yaml"), gpu_hw = dir.file("gpu.yaml");
-  test::write_text(cpu_hw, R"(
+// A CPU device's profile for the search.
+constexpr const char* kCpuProfile = R"(
 name: test-cpu
 device: cpu
 memory: {cpu: 1G, disk: 16G}
 links: {disk_to_cpu: 1G, cpu_to_disk: 500M, cpu_to_disk_kv: 200M}
 cpu_compute: {gemm_tflops: 0.05, attention_tflops: 0.01, mem_bandwidth: 10G}
-)");
+)";
+
+TEST(PlanRuns, EveryPlanOfTheSearchRunsWithinItsMemory) {
+  const test::ScratchDir dir("strata-plan-runs");
+  const std::string cpu_hw = dir.file("cpu.yaml"), gpu_hw = dir.file("gpu.yaml");
+  test::write_text(cpu_hw, kCpuProfile);
   test::write_text(gpu_hw, test::tiny_gpu_yaml());
   int n_plans = 0, n_no_plan = 0;
   for (const char* name : {"opt", "llama", "qwen2", "llama-gguf/tiny-llama.gguf"}) {
@@ -173,13 +176,7 @@ cpu_compute: {gemm_tflops: 0.05, attention_tflops: 0.01, mem_bandwidth: 10G}
 TEST(PlanRuns, TheSearchFindsAPlanJustAboveTheSmallestPlansNeed) {
   const test::ScratchDir dir("strata-plan-edge");
   const std::string cpu_hw = dir.file("cpu.yaml");
-  test::write_text(cpu_hw, R"(
-name: test-cpu
-device: cpu
-memory: {cpu: 1G, disk: 16G}
-links: {disk_to_cpu: 1G, cpu_to_disk: 500M, cpu_to_disk_kv: 200M}
-cpu_compute: {gemm_tflops: 0.05, attention_tflops: 0.01, mem_bandwidth: 10G}
-)");
+  test::write_text(cpu_hw, kCpuProfile);
   const Device cpu{"cpu", false};
   for (const char* name : {"opt", "llama", "qwen2", "llama-gguf/tiny-llama.gguf"}) {
     const auto model = Model::open(test::test_data(std::string("models/") + name));
