@@ -245,7 +245,7 @@ class Searcher {
             build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, att), opts_.compute);
         msg = describe_needs(m, policy_for(gbs, nb, att), excess);
       }
-      if (excess < best_excess) {
+      if (excess < best_excess || (best_msg.empty() && !msg.empty())) {
         best_excess = excess;
         best_msg = msg;
       }
