@@ -74,7 +74,6 @@ uint64_t PackUnit::tail_bytes(size_t first) const {
   return offset + length - tensors[first].offset;
 }
 
-
 std::vector<PackLayoutUnit> pack_layout(const ModelDesc& desc) {
   std::vector<PackLayoutUnit> units;
   auto add_global = [&](std::string name, std::initializer_list<const char*> tensor_names) {
@@ -120,6 +119,12 @@ DType pack_dtype(std::string_view name, const std::vector<int64_t>& shape, DType
       shape.size() == 2 && name.ends_with(".weight") && name != "position_embd.weight";
   if (!matrix || !row_elems_ok(*options.weight_dtype, shape.back())) return source;
   return *options.weight_dtype;
+}
+
+uint64_t packed_bytes(const TensorInfo& t, const PackOptions& options) {
+  const DType dt = pack_dtype(t.name, t.shape, t.dtype, options);
+  if (dt == t.dtype) return t.nbytes;
+  return static_cast<uint64_t>(t.shape[0]) * row_bytes(dt, t.shape[1]);
 }
 
 Json PackManifest::to_json() const {
@@ -465,10 +470,10 @@ std::optional<std::string> Pack::check_tensor(const PackUnit& unit, const PackTe
                                               const std::byte* data) const {
   const uint64_t h = xxh64(data, t.nbytes);
   if (h == t.checksum) return std::nullopt;
-  return fmt::format("tensor '{}' of unit '{}' ({} bytes at offset {}) has checksum {} but the "
-                     "manifest says {}",
-                     t.name, unit.name, t.nbytes, t.offset, checksum_to_string(h),
-                     checksum_to_string(t.checksum));
+  return fmt::format(
+      "tensor '{}' of unit '{}' ({} bytes at offset {}) has checksum {} but the "
+      "manifest says {}",
+      t.name, unit.name, t.nbytes, t.offset, checksum_to_string(h), checksum_to_string(t.checksum));
 }
 
 std::optional<std::string> Pack::check_tensors(const PackUnit& unit, size_t first,

@@ -132,6 +132,8 @@ std::vector<PackLayoutUnit> pack_layout(const ModelDesc& desc);
 // The dtype a pack built with `options` stores a source tensor in.
 DType pack_dtype(std::string_view name, const std::vector<int64_t>& shape, DType source,
                  const PackOptions& options);
+// The bytes a pack built with `options` stores a source tensor in.
+uint64_t packed_bytes(const TensorInfo& t, const PackOptions& options);
 
 class Pack {
  public:

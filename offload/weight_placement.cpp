@@ -10,17 +10,6 @@
 
 namespace strata {
 
-namespace {
-
-// Bytes the pack stores for a tensor of `desc` under `options`.
-uint64_t packed_bytes(const TensorInfo& t, const PackOptions& options) {
-  const DType dt = pack_dtype(t.name, t.shape, t.dtype, options);
-  if (dt == t.dtype) return t.nbytes;
-  return static_cast<uint64_t>(t.shape[0]) * row_bytes(dt, t.shape[1]);
-}
-
-}  // namespace
-
 const UnitPlacement* WeightPlacement::find(const std::string& name) const {
   for (const UnitPlacement& u : units) {
     if (u.name == name) return &u;

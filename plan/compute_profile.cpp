@@ -65,11 +65,16 @@ std::set<std::string> measured_tensors(const ModelDesc& desc, int64_t n_layers) 
   return names;
 }
 
-// The dtype the engine holds a matrix in for `eo`.
-DType engine_dtype(const TensorInfo& t, const EngineOptions& eo) {
+// How the engine packs the weights for `eo`.
+PackOptions pack_options(const EngineOptions& eo) {
   PackOptions po;
   po.weight_dtype = eo.weight_dtype;
-  return pack_dtype(t.name, t.shape, t.dtype, po);
+  return po;
+}
+
+// The dtype the engine holds a matrix in for `eo`.
+DType engine_dtype(const TensorInfo& t, const EngineOptions& eo) {
+  return pack_dtype(t.name, t.shape, t.dtype, pack_options(eo));
 }
 
 // How many layers run between two runs of layer 0 to take its weights out
@@ -80,11 +85,7 @@ int64_t eviction_layers(const Model& model, const EngineOptions& eo) {
   uint64_t layer_bytes = 0;
   for (const PackLayoutUnit& u : pack_layout(model.desc())) {
     if (u.layer != 0) continue;
-    for (const TensorInfo* t : u.tensors) {
-      layer_bytes += t->shape.size() == 2 ? row_bytes(engine_dtype(*t, eo), t->shape[1]) *
-                                                static_cast<uint64_t>(t->shape[0])
-                                          : t->nbytes;
-    }
+    for (const TensorInfo* t : u.tensors) layer_bytes += packed_bytes(*t, pack_options(eo));
   }
   const uint64_t want = 2 * last_level_cache_bytes();
   const auto n =
@@ -209,8 +210,7 @@ class Bench {
       const std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0;
       if (r >= 0) t.push_back(d.count());
     }
-    std::nth_element(t.begin(), t.begin() + static_cast<ptrdiff_t>(t.size() / 2), t.end());
-    return t[t.size() / 2];
+    return spread_of(std::move(t)).median;
   }
 
   MatrixSource source() {
