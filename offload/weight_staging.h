@@ -13,6 +13,11 @@
 // read into the slot's host buffer (pinned on a GPU, registered with the disk
 // I/O layer) and copied up.
 //
+// With tied embeddings the head's load of a step is the embeddings' load of
+// the next: the embed column then reads nothing and computes from the buffer
+// the head's load filled (the load after it takes the other buffer, so that
+// one is not overwritten before the embed column is done with it).
+//
 // The first read of each column's disk share in a run is checked against the
 // pack's checksums, on the load queue right after the read (off the compute
 // path); a mismatch ends the run with the pack set aside (Pack::fail_damaged).
@@ -65,12 +70,17 @@ class WeightStaging {
     DeviceBuffer dev;  // device memory not host memory: what the views read
     int64_t column = -1;
     int32_t step = -1;
-    uint64_t load = 0;  // its last number on the load queue
+    int32_t embed_step = -1;  // also column 0's load of this step (tied head)
+    uint64_t load = 0;        // its last number on the load queue
   };
 
   const WeightStore& weights_;
   const Pack* pack_;
   MemoryMode mode_;
+  // The buffer holding the head's load of step - 1 when that serves column 0
+  // of `step` too (tied embeddings), else null.
+  Slot* tied_head_of(int64_t column, int32_t step);
+
   std::array<Slot, 2> slots_;
   uint64_t n_loads_ = 0;
   DiskFile pack_file_;

@@ -55,6 +55,8 @@ class WeightStore {
   ~WeightStore();
 
   int64_t n_columns() const { return n_layer_ + 2; }
+  // The head is the token embedding: its column streams what column 0 does.
+  bool tied() const { return tied_; }
   // The pack unit whose disk share column c reads, or null when the column
   // reads nothing (column 0: "embed"; 1..n_layer: "blk.j"; the head:
   // "output", or "embed" when the embeddings are tied).

@@ -334,20 +334,22 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   }
   // ---- embeddings and output head, once per step ----
   // Every step stages the embedding table (its rows of the step's tokens are
-  // looked up) and the head; with tied embeddings the head is the same
-  // table, staged again.
-  const double w_embed = head_elems * w_bytes;
+  // looked up) and the head. With tied embeddings the head is the same
+  // table, and a decode step's embeddings are the previous step's head
+  // load (offload/weight_staging.h): only the prefill stages it twice.
   for (Phase phase : {Phase::kPrefill, Phase::kDecode}) {
+    const bool embed_from_head = shape.tied_embeddings && phase == Phase::kDecode;
+    const double w_embed = embed_from_head ? 0.0 : head_elems * w_bytes;
     StepCost& st = phase == Phase::kPrefill ? m.prefill_head : m.decode_head;
     const Affine gemm = affine_constant(phase == Phase::kPrefill ? head_prefill : head_decode);
-    const Affine d2c_s =
-        (w_head / hw.weight_read_rate(w_head) + w_embed / hw.weight_read_rate(w_embed)) * disk(W);
+    const double embed_s = w_embed > 0 ? w_embed / hw.weight_read_rate(w_embed) : 0.0;
+    const Affine d2c_s = (w_head / hw.weight_read_rate(w_head) + embed_s) * disk(W);
     if (unified) {
-      // The engine reads the embeddings' disk share when the step begins
-      // (the tokens are known then) and the head's after the last layer's
-      // load: each is waited for by the compute that needs it next, with
-      // nothing to overlap, so the step is their sum (see the trace of a
-      // decode with the weights on disk).
+      // The engine's load of the embeddings' disk share queues behind the
+      // head's (both issued with the head's compute, which is short) and
+      // the head's behind the last layer's: each is waited for by the
+      // compute that needs it next, with nothing to overlap, so the step
+      // is their sum (see the trace of a decode with the weights on disk).
       st.terms = {{"disk->cpu", d2c_s}, {gemm_name, gemm}};
       st.bounds = {{"disk->cpu + compute", {0, 1}}};
     } else {

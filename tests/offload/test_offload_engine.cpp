@@ -49,21 +49,23 @@ EngineOptions options(const Fixture& f, int64_t g, int64_t k, double w_disk, boo
   return o;
 }
 
-// The weight bytes a run reads from disk: every step reads the disk share of
-// every column (whole pages), the head's being the embeddings' when tied.
-uint64_t weight_bytes_per_step(const Fixture& f, double w_disk) {
+// The weight bytes a block of `n_steps` steps reads from disk: every step
+// reads the disk share of every column (whole pages), the head's being the
+// embeddings' when tied; then the next step's embed column computes from
+// the head's read and reads nothing.
+uint64_t weight_bytes_per_block(const Fixture& f, double w_disk, int64_t n_steps) {
   Placement fr;
   fr.set(DataKind::kWeights, 0, 1 - w_disk);
   const WeightPlacement wp = place_weights(f.model->desc(), PackOptions{}, fr);
-  uint64_t n = 0;
-  auto read = [&](const std::string& unit) {
+  auto read = [&](const std::string& unit) -> uint64_t {
     const UnitPlacement* u = wp.find(unit);
     return u ? (u->disk_read_bytes + 4095) / 4096 * 4096 : 0;
   };
-  n += read("embed");
-  for (int64_t l = 0; l < f.model->config().n_layer; ++l) n += read("blk." + std::to_string(l));
-  n += f.model->config().tie_embeddings ? read("embed") : read("output");
-  return n;
+  uint64_t layers = 0;
+  for (int64_t l = 0; l < f.model->config().n_layer; ++l) layers += read("blk." + std::to_string(l));
+  const uint64_t steps = static_cast<uint64_t>(n_steps);
+  if (f.model->config().tie_embeddings) return read("embed") * (steps + 1) + layers * steps;
+  return (read("embed") + layers + read("output")) * steps;
 }
 
 class OffloadGrid : public ::testing::TestWithParam<std::string> {};
@@ -90,8 +92,8 @@ TEST_P(OffloadGrid, EveryPlacementGivesTheTokensAndLogitsOfTheAllInRamRun) {
         // step; KV pages written as they fill and read back in decode.
         const int64_t n_blocks =
             (static_cast<int64_t>(f.prompts.size()) + e->block_size() - 1) / e->block_size();
-        const uint64_t w_read = static_cast<uint64_t>(n_blocks * kNewTokens) *
-                                weight_bytes_per_step(f, w_disk);
+        const uint64_t w_read = static_cast<uint64_t>(n_blocks) *
+                                weight_bytes_per_block(f, w_disk, kNewTokens);
         if (!kv_disk) {
           EXPECT_EQ(link_bytes(r.stats, "disk->cpu"), w_read) << what;
           EXPECT_EQ(link_bytes(r.stats, "cpu->disk"), 0u) << what;
