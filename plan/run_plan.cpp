@@ -65,6 +65,13 @@ void apply_policy(const Policy& p, const RunShape& run, EngineOptions& eo) {
   eo.plan_new_tokens = run.gen;
 }
 
+// Bytes of the engine's KV element before any compression the policy asks
+// for: its KV dtype, or when that is quantized the one it computes beside.
+double uncompressed_kv_bytes(const EngineOptions& eo) {
+  const DType t = is_quantized(eo.kv_dtype) ? default_kv_dtype(eo.compute_dtype) : eo.kv_dtype;
+  return static_cast<double>(dtype_info(t).block_bytes);
+}
+
 // The KV budget: --kv-mem's, or without it the default or, if more, what
 // the planned block's pages need (`kv_need`; the tier budgets still bound it).
 uint64_t kv_budget_for(const PlanRequest& r, const EngineOptions& eo, uint64_t kv_need) {
@@ -92,7 +99,8 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
   }
   if (!gpu && hw.unified_memory()) plan.compute = engine_compute_for(model, eo, r.offload_dir);
   const ModelShape shape = model_shape_of(model);
-  const Workload work{std::max<int64_t>(1, run.max_prompt), std::max<int64_t>(1, run.gen)};
+  Workload work{std::max<int64_t>(1, run.max_prompt), std::max<int64_t>(1, run.gen)};
+  work.kv_elem_bytes = plan.kv_elem_bytes;
   Budgets b;
   const double ram = static_cast<double>(eo.cpu_mem > 0 ? eo.cpu_mem : available_ram_bytes());
   if (hw.unified_memory()) {
@@ -205,6 +213,7 @@ RunPlan resolve_plan(const PlanRequest& r, const Model& model, const RunShape& r
   eo.offload_dir = r.offload_dir;
 
   RunPlan plan;
+  plan.kv_elem_bytes = uncompressed_kv_bytes(eo);
   Policy p;
   p.gpu_batch_size = eo.gpu_batch_size;
   p.num_gpu_batches = eo.num_gpu_batches;
@@ -273,7 +282,11 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
   try {
     const ModelShape shape = model_shape_of(model);
     const Workload work{std::max<int64_t>(1, std::llround(prompt_len)),
-                        std::max<int64_t>(1, gen_len), spec.rows, spec.tokens, spec.draft_step_s};
+                        std::max<int64_t>(1, gen_len),
+                        spec.rows,
+                        spec.tokens,
+                        spec.draft_step_s,
+                        kv_elem_bytes};
     const Prediction pr = strata::predict(shape, *hardware, work, policy, budgets_of(*hardware),
                                           compute ? &*compute : nullptr);
     PredictedThroughput t;

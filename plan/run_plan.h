@@ -73,6 +73,8 @@ struct RunPlan {
   // The draft length the search picked (RunShape::draft_accepted given),
   // set into EngineOptions::max_draft_tokens; -1: not picked.
   int64_t draft_tokens = -1;
+  // Bytes of the engine's uncompressed KV element (Workload::kv_elem_bytes).
+  double kv_elem_bytes = 2;
 
   // The policy as the report shows it (with the options it ran with).
   nlohmann::ordered_json report_policy(const EngineOptions& eo) const;

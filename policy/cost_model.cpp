@@ -14,7 +14,7 @@ namespace strata {
 
 namespace {
 
-constexpr double kActBytes = 2;       // activations and uncompressed KV are f16
+constexpr double kActBytes = 2;       // activations are f16
 constexpr double kKvPageTokens = 16;  // the engine's KV page
 
 // max(flops / rate, bytes / bandwidth); bandwidth 0 means no memory term.
@@ -153,6 +153,9 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     fail("speculation: {} s of the draft model per decode step; need a finite value >= 0",
          work.draft_step_s);
   }
+  if (!(work.kv_elem_bytes > 0 && work.kv_elem_bytes <= 8)) {
+    fail("KV element of {} bytes: need more than 0 and at most 8", work.kv_elem_bytes);
+  }
   validate_policy(policy, "policy");
   validate_model_shape(shape, shape.name);
   validate_hardware_profile(hw, hw.name);
@@ -182,7 +185,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double a = kActBytes;
 
   const double w_bytes = pol.compress_weight.bytes_per_elem(shape.weight_bytes);
-  const double kv_bytes = pol.compress_kv.kv_bytes_per_elem(kActBytes);
+  const double kv_bytes = pol.compress_kv.kv_bytes_per_elem(work.kv_elem_bytes);
   const double layer_elems = static_cast<double>(shape.layer_weight_elems());
   const double head_elems = static_cast<double>(shape.head_weight_elems());
   const double w_layer = layer_elems * w_bytes;  // one layer's weights

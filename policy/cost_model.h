@@ -65,6 +65,9 @@ struct Workload {
   // A draft model's seconds per decode step of a block (its passes run
   // between the engine's steps, so they add to each step); 0 without one.
   double draft_step_s = 0;
+  // Bytes of an uncompressed KV element: the engine's KV dtype (f16, or f32
+  // when it computes in f32 on a CPU). Policy::compress_kv replaces it.
+  double kv_elem_bytes = 2;
 };
 
 // Memory budget of each tier, bytes.

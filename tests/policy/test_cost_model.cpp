@@ -357,6 +357,13 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
              2 * kStageSlope * 0.25 + kKt * s * g * 0.25 + working(g, s, s));
   EXPECT_REL(m.memory[1][1].weights(x), kWtot * 0.75);
   EXPECT_REL(term(m.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 10 * 6 * 0.25) / 100);
+  // The engine's KV in f32 (it computes in f32): twice the bytes to hold,
+  // store and read of the f16 the model assumes by default.
+  Workload f32_kv = t.work;
+  f32_kv.kv_elem_bytes = 4;
+  const CostModel kv4 = build_cost_model(t.shape, t.hw, f32_kv, t.pol);
+  EXPECT_REL(term(kv4.decode_layer, "disk->cpu", x), (kWl * 0.25 + 2 * kKt * 10 * 6 * 0.25) / 100);
+  EXPECT_REL(kv4.memory[1][1].kv_cache(x), 2 * m.memory[1][1].kv_cache(x));
   // With KV read rates by request size, KV pages are read at the rate of
   // their record (K and V of one layer's 16-token page: 2K, in a 4K block).
   t.hw.disk_to_cpu_kv = {{4096, 10}, {16384, 40}};
@@ -377,6 +384,23 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
   const CostModel w = build_cost_model(t.shape, t.hw, t.work, t.pol);
   EXPECT_REL(term(w.decode_layer, "disk->cpu", x), kWl * 0.25 / 125 + kKt * 10 * 6 * 0.25 / 100);
   EXPECT_REL(term(w.prefill_layer, "disk->cpu", x), kWl * 0.25 / 125);
+}
+
+TEST(PolicyCostModel, TiedEmbeddingsAreReadOncePerDecodeStep) {
+  TinyCase t;
+  t.hw = test::tiny_cpu();
+  t.pol.placement.set(DataKind::kWeights, 0, 0);  // all on disk
+  const Placement x = normalize_policy(t.pol, t.hw).placement;
+  const CostModel untied = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  // Untied: every step reads the embeddings and the head.
+  EXPECT_REL(term(untied.prefill_head, "disk->cpu", x), 2 * kWh / 100);
+  EXPECT_REL(term(untied.decode_head, "disk->cpu", x), 2 * kWh / 100);
+  // Tied: the head is the embedding table, read again by the prefill; a
+  // decode step's embeddings are the previous step's head load.
+  t.shape.tied_embeddings = true;
+  const CostModel tied = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  EXPECT_REL(term(tied.prefill_head, "disk->cpu", x), 2 * kWh / 100);
+  EXPECT_REL(term(tied.decode_head, "disk->cpu", x), kWh / 100);
 }
 
 // FlexGen's formulas for the terms both models share (experimental/
@@ -423,6 +447,9 @@ TEST(PolicyCostModel, RejectsBadWorkloads) {
   TinyCase t;
   EXPECT_THROW(build_cost_model(t.shape, t.hw, {0, 4}, t.pol), Error);
   EXPECT_THROW(build_cost_model(t.shape, t.hw, {8, 0}, t.pol), Error);
+  Workload no_kv_bytes = t.work;
+  no_kv_bytes.kv_elem_bytes = 0;
+  EXPECT_THROW(build_cost_model(t.shape, t.hw, no_kv_bytes, t.pol), Error);
   ModelShape ctx = t.shape;
   ctx.max_context = 10;
   try {
