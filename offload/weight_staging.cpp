@@ -70,9 +70,17 @@ WeightStaging::Slot* WeightStaging::tied_head_of(int64_t column, int32_t step) {
 
 void WeightStaging::load(int64_t column, int32_t step, Executor& exec) {
   STRATA_ASSERT(weights_.streams(column));
+  for (const Slot& s : slots_) {
+    if (s.column == column && s.step == step) return;  // loaded ahead (below)
+  }
   const UnitPlacement* u = weights_.disk_unit(column);
   if (Slot* head = tied_head_of(column, step)) {
-    head->embed_step = step;  // no load: the head's buffer serves the embeddings
+    // No load: the head's buffer serves the embeddings. The first layer's
+    // load, which the schedule issues with the embed column (whose compute
+    // is too short to hide it), takes the other buffer now, behind the
+    // head's on the load queue, and overlaps the head's compute.
+    head->embed_step = step;
+    if (weights_.n_columns() > 2 && weights_.streams(1)) load(1, step, exec);
     return;
   }
   // Round robin over the two buffers: this one last held the load before

@@ -15,8 +15,9 @@
 //
 // With tied embeddings the head's load of a step is the embeddings' load of
 // the next: the embed column then reads nothing and computes from the buffer
-// the head's load filled (the load after it takes the other buffer, so that
-// one is not overwritten before the embed column is done with it).
+// the head's load filled, and the first layer's load is issued at once into
+// the other buffer (so that the head's is not overwritten before the embed
+// column is done with it), overlapping the head's compute.
 //
 // The first read of each column's disk share in a run is checked against the
 // pack's checksums, on the load queue right after the read (off the compute
