@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -25,6 +27,8 @@
 #include "model/forward.h"
 #include "model/layer_weights.h"
 #include "model/model.h"
+#include "offload/aligned_buffer.h"
+#include "offload/disk_io.h"
 #include "offload/pack.h"
 #include "plan/machine_profile.h"
 #include "quant/convert.h"
@@ -81,12 +85,18 @@ DType engine_dtype(const TensorInfo& t, const EngineOptions& eo) {
 // of the caches, as the engine's other layers do: weights of twice the
 // last-level cache, or all the model has (then the engine keeps them in the
 // caches too).
-int64_t eviction_layers(const Model& model, const EngineOptions& eo) {
-  uint64_t layer_bytes = 0;
+// Bytes of layer 0's weights as the engine holds them.
+uint64_t layer_bytes_of(const Model& model, const EngineOptions& eo) {
+  uint64_t n = 0;
   for (const PackLayoutUnit& u : pack_layout(model.desc())) {
     if (u.layer != 0) continue;
-    for (const TensorInfo* t : u.tensors) layer_bytes += packed_bytes(*t, pack_options(eo));
+    for (const TensorInfo* t : u.tensors) n += packed_bytes(*t, pack_options(eo));
   }
+  return n;
+}
+
+int64_t eviction_layers(const Model& model, const EngineOptions& eo) {
+  const uint64_t layer_bytes = layer_bytes_of(model, eo);
   const uint64_t want = 2 * last_level_cache_bytes();
   const auto n =
       static_cast<int64_t>((want + layer_bytes - 1) / std::max<uint64_t>(1, layer_bytes));
@@ -119,11 +129,53 @@ DeviceBuffer random_matrix(Backend& be, DType t, int64_t rows, int64_t cols, uin
   return buf;
 }
 
+// A read of one layer's weights from a file of the offload directory, as
+// the engine's load of the next layer reads its pack (O_DIRECT, the disk
+// I/O layer's default settings): issued before a timed run, waited for
+// after it. The file (two layers' bytes, written once so that reads reach
+// the disk) is removed at the end.
+class LayerRead {
+ public:
+  LayerRead(const std::string& dir, uint64_t layer_bytes)
+      : path_((fs::path(dir) / fmt::format(".strata-compute-{}.tmp", ::getpid())).string()),
+        bytes_((layer_bytes + kDiskAlign - 1) / kDiskAlign * kDiskAlign),
+        buf_(bytes_) {
+    std::memset(buf_.data(), 0x5a, bytes_);
+    file_ = DiskFile::open(path_, OpenMode::kCreate, true);
+    for (uint64_t at : {uint64_t{0}, bytes_}) io_.wait(io_.write(file_, at, buf_.data(), bytes_));
+    file_.sync();
+  }
+  ~LayerRead() {
+    file_ = DiskFile{};
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+  LayerRead(const LayerRead&) = delete;
+  LayerRead& operator=(const LayerRead&) = delete;
+
+  Ticket issue() { return io_.read(file_, (next_++ % 2) * bytes_, buf_.data(), bytes_); }
+  void wait(const Ticket& t) { io_.wait(t); }
+
+ private:
+  std::string path_;
+  uint64_t bytes_;
+  AlignedBuffer buf_;
+  DiskIo io_;
+  DiskFile file_;
+  uint64_t next_ = 0;
+};
+
+// How a run finds the caches and the disk: the same run just before it,
+// other layers run before it, or those and a weight load beside it.
+enum class Setting { kWarm, kCold, kStreamed };
+
 // One layer, the embeddings and the head of the model on a CPU backend, with
 // a page pool of one layer, ready to time micro-batches.
 class Bench {
  public:
-  Bench(const Model& model, const EngineOptions& eo, const TimingPlan& timing)
+  // `stream_dir`: where layer() with Setting::kStreamed reads ("": never).
+  Bench(const Model& model, const EngineOptions& eo, const TimingPlan& timing,
+        const std::string& stream_dir)
       : model_(model),
         eo_(eo),
         timing_(timing),
@@ -158,11 +210,52 @@ class Bench {
     for (float& v : hidden0_) v = dist(rng);
     hidden_ = be_.alloc(hidden0_.size() * sizeof(float));
     logits_ = be_.alloc(static_cast<size_t>(kDecodeRows.back() * c.n_vocab) * sizeof(float));
+    if (!stream_dir.empty()) {
+      try {
+        std::error_code ec;
+        fs::create_directories(stream_dir, ec);
+        read_ = std::make_unique<LayerRead>(stream_dir, layer_bytes_of(model, eo));
+      } catch (const Error& e) {
+        spdlog::warn("cost model: decode beside a weight load not measured: {}", e.what());
+      }
+    }
+  }
+
+  bool streams() const { return read_ != nullptr; }
+
+  // Seconds from issuing a read of one layer's weights to its load seeing
+  // it done (a thread waiting, as the engine's load queue waits), while
+  // decode layers of n_seq sequences compute back to back beside it, as the
+  // engine's compute runs beside the next layer's load.
+  double load_beside_compute(int64_t n_seq) {
+    STRATA_ASSERT(read_ != nullptr);
+    const MicroBatchHost host = batch(n_seq, kShortCtx - 1, 1);
+    std::vector<double> t;
+    const int reps = std::max(timing_.min_reps, 5);
+    for (int r = -timing_.warmup; r < reps; ++r) {
+      std::atomic<bool> done{false};
+      double secs = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      const Ticket load = read_->issue();
+      std::thread waiter([&] {
+        read_->wait(load);
+        secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        done.store(true, std::memory_order_release);
+      });
+      while (!done.load(std::memory_order_acquire)) {
+        const MicroBatch mb = upload_micro_batch(be_, host, meta_);
+        fwd_.layer(0, weights_.layer(0), kv_, mb, hidden_.as<float>());
+        be_.synchronize();
+      }
+      waiter.join();
+      if (r >= 0) t.push_back(secs);
+    }
+    return spread_of(std::move(t)).median;
   }
 
   // Seconds of one layer over n_seq sequences of n_new new tokens after
-  // `cached` keys each; `cold`: with the caches evicted before each run.
-  double layer(int64_t n_seq, int64_t cached, int64_t n_new, bool cold = false) {
+  // `cached` keys each.
+  double layer(int64_t n_seq, int64_t cached, int64_t n_new, Setting setting = Setting::kWarm) {
     const MicroBatchHost host = batch(n_seq, cached, n_new);
     const int64_t rows = host.n_tokens() * model_.config().n_embd;
     return time(
@@ -173,12 +266,12 @@ class Bench {
           fwd_.layer(0, weights_.layer(0), kv_, mb, hidden_.as<float>());
           be_.synchronize();
         },
-        cold);
+        setting);
   }
 
   // Seconds of the embeddings and the head of a decode step of n_seq
   // sequences.
-  double head(int64_t n_seq, bool cold = false) {
+  double head(int64_t n_seq, Setting setting = Setting::kWarm) {
     const MicroBatchHost host = batch(n_seq, kShortCtx - 1, 1);
     return time(
         [&] {
@@ -187,15 +280,17 @@ class Bench {
           fwd_.head(weights_.global(), mb, hidden_.as<float>(), logits_.as<float>());
           be_.synchronize();
         },
-        cold);
+        setting);
   }
 
  private:
   // The median seconds of `body`: repeated back to back (its data stays in
-  // the caches), or `cold`: each run after layers 1..n_evict_ of one
-  // sequence, as the engine's other layers run between two runs of one.
-  double time(const std::function<void()>& body, bool cold) {
-    if (!cold) return time_runs(body, timing_).median;
+  // the caches), or cold: each run after layers 1..n_evict_ of one
+  // sequence, as the engine's other layers run between two runs of one;
+  // streamed: a layer's weight load in flight too.
+  double time(const std::function<void()>& body, Setting setting) {
+    if (setting == Setting::kWarm) return time_runs(body, timing_).median;
+    STRATA_ASSERT(setting != Setting::kStreamed || read_ != nullptr);
     const MicroBatchHost one = batch(1, kShortCtx - 1, 1);
     std::vector<double> t;
     const int reps = std::max(timing_.min_reps, 3);
@@ -205,9 +300,12 @@ class Bench {
         fwd_.layer(l, weights_.layer(l), kv_, mb, hidden_.as<float>());
       }
       be_.synchronize();
+      Ticket load;
+      if (setting == Setting::kStreamed) load = read_->issue();
       const auto t0 = std::chrono::steady_clock::now();
       body();
       const std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0;
+      if (setting == Setting::kStreamed) read_->wait(load);
       if (r >= 0) t.push_back(d.count());
     }
     return spread_of(std::move(t)).median;
@@ -260,6 +358,7 @@ class Bench {
   KvLayer kv_;
   std::vector<float> hidden0_;
   DeviceBuffer hidden_, logits_, meta_;
+  std::unique_ptr<LayerRead> read_;
 };
 
 // The executable that measures: its path and modification time, so that a
@@ -292,8 +391,8 @@ std::string engine_compute_key(const Model& model, const EngineOptions& eo) {
 }
 
 EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo,
-                                     const TimingPlan& timing) {
-  Bench b(model, eo, timing);
+                                     const TimingPlan& timing, const std::string& stream_dir) {
+  Bench b(model, eo, timing, stream_dir);
   const int64_t n_ctx = std::max<int64_t>(model.config().n_ctx, kShortCtx + 1);
   const int64_t long_ctx = std::min(kLongCtx, n_ctx);
   const int64_t long_prompt = std::min(kLongPrompt, n_ctx) / kPage * kPage;
@@ -306,11 +405,13 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
     std::vector<double> t;
     for (int64_t g : kDecodeRows) {
       t.push_back(b.layer(g, kShortCtx - 1, 1));
-      t.push_back(b.layer(g, kShortCtx - 1, 1, true));
+      t.push_back(b.layer(g, kShortCtx - 1, 1, Setting::kCold));
+      t.push_back(b.streams() ? b.layer(g, kShortCtx - 1, 1, Setting::kStreamed) : 0.0);
       t.push_back(b.head(g));
-      t.push_back(b.head(g, true));
+      t.push_back(b.head(g, Setting::kCold));
     }
-    t.push_back(b.layer(kSlopeRows, long_ctx - 1, 1, true));
+    t.push_back(b.layer(kSlopeRows, long_ctx - 1, 1, Setting::kCold));
+    t.push_back(b.streams() ? b.load_beside_compute(kSlopeRows) : 0.0);
     t.push_back(b.layer(1, 0, long_prompt));
     for (int64_t n : kPrefillSeqs) t.push_back(b.layer(n, 0, kPage));
     t.push_back(b.layer(n_short, 0, kPage));
@@ -330,11 +431,15 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
     c.decode_rows.push_back(static_cast<double>(g));
     c.decode_layer_s.push_back(t[i++]);
     c.decode_layer_cold_s.push_back(t[i++]);
+    const double streamed = t[i++];
+    if (b.streams()) c.decode_layer_streamed_s.push_back(streamed);
     c.head_rows.push_back(static_cast<double>(g));
     c.head_s.push_back(t[i++]);
     c.head_cold_s.push_back(t[i++]);
   }
   const double at_long = t[i++];
+  c.layer_load_s = t[i++];
+  if (b.streams()) c.layer_load_bytes = static_cast<double>(layer_bytes_of(model, eo));
   const double at_short =
       interpolate(c.decode_rows, c.decode_layer_cold_s, static_cast<double>(kSlopeRows));
   c.decode_key_s = std::max(
@@ -355,14 +460,20 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
   }
   // More rows or tokens never take less time: a point below the one before
   // it is the machine's noise, and takes that one's time.
-  for (std::vector<double>* v :
-       {&c.decode_layer_s, &c.decode_layer_cold_s, &c.prefill_layer_s, &c.head_s, &c.head_cold_s}) {
+  for (std::vector<double>* v : {&c.decode_layer_s, &c.decode_layer_cold_s,
+                                 &c.decode_layer_streamed_s, &c.prefill_layer_s, &c.head_s,
+                                 &c.head_cold_s}) {
     for (size_t k = 1; k < v->size(); ++k) (*v)[k] = std::max((*v)[k], (*v)[k - 1]);
   }
-  // Nor out of the caches less than in them.
+  // Nor out of the caches less than in them, nor beside a load less than
+  // without one.
   for (size_t k = 0; k < c.decode_rows.size(); ++k) {
     c.decode_layer_cold_s[k] = std::max(c.decode_layer_cold_s[k], c.decode_layer_s[k]);
     c.head_cold_s[k] = std::max(c.head_cold_s[k], c.head_s[k]);
+    if (!c.decode_layer_streamed_s.empty()) {
+      c.decode_layer_streamed_s[k] =
+          std::max(c.decode_layer_streamed_s[k], c.decode_layer_cold_s[k]);
+    }
   }
   c.validate("the measured compute");
   return c;
@@ -397,7 +508,7 @@ EngineCompute engine_compute_for(const Model& model, const EngineOptions& eo,
   timing.warmup = 1;
   timing.min_reps = 5;
   timing.min_seconds = 0.1;
-  const EngineCompute c = measure_engine_compute(model, eo, timing);
+  const EngineCompute c = measure_engine_compute(model, eo, timing, offload_dir);
   write_file_atomically(path, to_json(c).dump(1) + "\n", "the measured compute");
   return c;
 }

@@ -41,9 +41,11 @@ class Model;
 // matrices measured.
 std::string engine_compute_key(const Model& model, const EngineOptions& eo);
 
-// Measures; Error when the model's shape cannot run.
+// Measures; Error when the model's shape cannot run. With `stream_dir`
+// (the offload directory) decode is also measured beside a layer's weight
+// load from a file written there (EngineCompute::decode_layer_streamed_s).
 EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo,
-                                     const TimingPlan& timing);
+                                     const TimingPlan& timing, const std::string& stream_dir = "");
 
 // The measurement for `eo`, from the cache (plan/machine_profile.h's
 // profile_cache_dir, a JSON file per key) or measured once and cached; a

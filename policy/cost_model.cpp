@@ -236,8 +236,13 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double c2g = hw.cpu_to_gpu, g2c = hw.gpu_to_cpu, g2c_kv = hw.gpu_to_cpu_kv;
   const double d2c = hw.disk_to_cpu, c2d = hw.cpu_to_disk, c2d_kv = hw.cpu_to_disk_kv;
   const double dev_bw = hw.device_mem_bandwidth;
-  // A layer's weights on disk are one request (at most two in flight).
-  const double d2c_w = hw.weight_read_rate(w_layer);
+  // A layer's weights on disk are one request (at most two in flight), read
+  // beside the compute of the layer before: on a CPU device at the rate
+  // measured so (EngineCompute::layer_load_rate), else at the disk's rate
+  // for requests of that size.
+  const double d2c_w = unified && compute != nullptr && compute->layer_load_rate() > 0
+                           ? compute->layer_load_rate()
+                           : hw.weight_read_rate(w_layer);
   // KV on disk: a sequence's pages of one layer are records in extents of
   // consecutive slots (core/kv_layout.h), read an extent (or the pages the
   // sequence has, on average over the decode) per request.
@@ -260,10 +265,12 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const char* gemm_name = measured ? "layer" : "gemm";
   double gemm_prefill = 0, attn_prefill = 0, gemm_decode = 0, attn_dev_seq = 0;
   double head_prefill = 0, head_decode = 0;
+  double decode_stream_extra = 0;  // per layer and step, at all weights on disk
   if (measured) {
     gemm_prefill = k * interpolate(compute->prefill_tokens, compute->prefill_layer_s, g * s);
     attn_prefill = B * s * s * compute->prefill_pair_s;
     gemm_decode = compute->decode_layers(g * R, k);
+    decode_stream_extra = compute->decode_stream_extra(g * R);
     attn_dev_seq = R * std::max(0.0, ctx_attend - compute->decode_ctx) * compute->decode_key_s;
     head_prefill = compute->heads(g, k);
     head_decode = compute->heads(g * R, k);
@@ -309,7 +316,9 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     const Affine d2c_s = (w_layer / d2c_w) * disk(W) + (hid_token * R * B / d2c) * disk(ACT) +
                          (kv_disk_s * B) * disk(KV);
     const Affine c2d_s = (1 / c2d) * (kv_token * E * B * disk(KV) + hid_token * R * B * disk(ACT));
-    const Affine gemm = affine_constant(gemm_decode);
+    // The next layer's weight load slows the compute beside it (measured:
+    // EngineCompute::decode_stream_extra), the more the more of it is read.
+    const Affine gemm = affine_constant(gemm_decode) + decode_stream_extra * disk(W);
     if (unified) {
       const Affine attn = affine_constant(B * attn_dev_seq);
       st.terms = {

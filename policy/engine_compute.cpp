@@ -48,6 +48,12 @@ double EngineCompute::decode_layers(double g, double k) const {
   return one_cold_then_warm(decode_rows, decode_layer_cold_s, decode_layer_s, g, k);
 }
 
+double EngineCompute::decode_stream_extra(double g) const {
+  if (decode_layer_streamed_s.empty()) return 0;
+  return std::max(0.0, interpolate(decode_rows, decode_layer_streamed_s, g) -
+                           interpolate(decode_rows, decode_layer_cold_s, g));
+}
+
 double EngineCompute::heads(double g, double k) const {
   return one_cold_then_warm(head_rows, head_cold_s, head_s, g, k);
 }
@@ -69,19 +75,32 @@ void EngineCompute::validate(const std::string& source) const {
   };
   table("decode", decode_rows, decode_layer_s);
   table("decode out of the caches", decode_rows, decode_layer_cold_s);
+  if (!decode_layer_streamed_s.empty()) {
+    table("decode beside a weight load", decode_rows, decode_layer_streamed_s);
+  }
   table("prefill", prefill_tokens, prefill_layer_s);
   table("head", head_rows, head_s);
   table("head out of the caches", head_rows, head_cold_s);
   for (const auto& [what, v] : {std::pair{"decode_ctx", decode_ctx},
                                 {"decode_key_s", decode_key_s},
                                 {"prefill_seq", prefill_seq},
-                                {"prefill_pair_s", prefill_pair_s}}) {
+                                {"prefill_pair_s", prefill_pair_s},
+                                {"layer_load_s", layer_load_s},
+                                {"layer_load_bytes", layer_load_bytes}}) {
     if (!(v >= 0) || !std::isfinite(v)) fail("{}: {} is {}; it must be 0 or more", source, what, v);
+  }
+  if (layer_load_s > 0 && !(layer_load_bytes > 0)) {
+    fail("{}: a layer's load of {} bytes took {} s; the bytes must be more than 0", source,
+         layer_load_bytes, layer_load_s);
   }
 }
 
+double EngineCompute::layer_load_rate() const {
+  return layer_load_s > 0 ? layer_load_bytes / layer_load_s : 0;
+}
+
 nlohmann::json to_json(const EngineCompute& c) {
-  return {{"key", c.key},
+  nlohmann::json j = {{"key", c.key},
           {"decode_rows", c.decode_rows},
           {"decode_layer_s", c.decode_layer_s},
           {"decode_layer_cold_s", c.decode_layer_cold_s},
@@ -94,6 +113,12 @@ nlohmann::json to_json(const EngineCompute& c) {
           {"head_rows", c.head_rows},
           {"head_s", c.head_s},
           {"head_cold_s", c.head_cold_s}};
+  if (!c.decode_layer_streamed_s.empty()) j["decode_layer_streamed_s"] = c.decode_layer_streamed_s;
+  if (c.layer_load_s > 0) {
+    j["layer_load_s"] = c.layer_load_s;
+    j["layer_load_bytes"] = c.layer_load_bytes;
+  }
+  return j;
 }
 
 EngineCompute engine_compute_from_json(const nlohmann::json& j, const std::string& source) {
@@ -112,6 +137,13 @@ EngineCompute engine_compute_from_json(const nlohmann::json& j, const std::strin
     j.at("head_rows").get_to(c.head_rows);
     j.at("head_s").get_to(c.head_s);
     j.at("head_cold_s").get_to(c.head_cold_s);
+    if (j.contains("decode_layer_streamed_s")) {
+      j.at("decode_layer_streamed_s").get_to(c.decode_layer_streamed_s);
+    }
+    if (j.contains("layer_load_s")) {
+      j.at("layer_load_s").get_to(c.layer_load_s);
+      j.at("layer_load_bytes").get_to(c.layer_load_bytes);
+    }
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not a measurement of the engine's compute: {}", source, e.what());
   }
