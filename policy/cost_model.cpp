@@ -239,15 +239,10 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // A layer's weights on disk are one request (at most two in flight), read
   // beside the compute of the layer before: on a CPU device at the rate
   // measured so (EngineCompute::layer_load_rate), else at the disk's rate
-  // for requests of that size. KV pages are read beside compute too: on a
-  // CPU device at the disk's rate for their requests times the share of
-  // its rate a weight load keeps beside compute (`beside`, at most 1).
-  const bool load_measured = unified && compute != nullptr && compute->layer_load_rate() > 0;
-  const double d2c_w = load_measured ? compute->layer_load_rate() : hw.weight_read_rate(w_layer);
-  const double beside =
-      load_measured ? std::min(1.0, compute->layer_load_rate() /
-                                        hw.weight_read_rate(compute->layer_load_bytes))
-                    : 1.0;
+  // for requests of that size.
+  const double d2c_w = unified && compute != nullptr && compute->layer_load_rate() > 0
+                           ? compute->layer_load_rate()
+                           : hw.weight_read_rate(w_layer);
   // KV on disk: a sequence's pages of one layer are records in extents of
   // consecutive slots (core/kv_layout.h), read an extent (or the pages the
   // sequence has, on average over the decode) per request.
@@ -258,9 +253,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const int64_t kv_run =
       std::min(kv_disk_extent_pages(kv_page, pages_of(ctx_end)), pages_of(ctx_read));
   const double d2c_kv =
-      beside * hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page) * kv_run));
-  const double d2c_kv_page =
-      beside * hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page)));
+      hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page) * kv_run));
+  const double d2c_kv_page = hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page)));
   const double kv_disk_s = kv_token * (ctx_disk_dense / d2c_kv + ctx_disk_sparse / d2c_kv_page);
 
   // Compute, seconds (constants for a fixed batch): from the profile's
