@@ -90,7 +90,7 @@ void WeightStaging::load(int64_t column, int32_t step, Executor& exec) {
   s.step = step;
   s.embed_step = -1;
   const int64_t n_layer = weights_.n_columns() - 2;
-  const std::string name = column == 0         ? "embed"
+  const std::string name = column == 0             ? "embed"
                            : column == n_layer + 1 ? "head"
                                                    : fmt::format("blk.{}", column - 1);
   const TransferLabel label{fmt::format("weights {}", u != nullptr ? u->name : name), "weights",
@@ -106,8 +106,8 @@ void WeightStaging::load(int64_t column, int32_t step, Executor& exec) {
     std::byte* dev = s.dev.as<std::byte>();
     for (const WeightStore::HostPart& p : weights_.host_parts(column)) {
       s.load = exec.mover().copy(Place::memory(Tier::kGpu, dev + p.rel),
-                                 Place::memory(Tier::kCpu, const_cast<std::byte*>(p.host)),
-                                 p.bytes, exec.loads(), label);
+                                 Place::memory(Tier::kCpu, const_cast<std::byte*>(p.host)), p.bytes,
+                                 exec.loads(), label);
     }
     if (u != nullptr) {
       const WeightStore::Read r = weights_.disk_read(column);

@@ -236,13 +236,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double c2g = hw.cpu_to_gpu, g2c = hw.gpu_to_cpu, g2c_kv = hw.gpu_to_cpu_kv;
   const double d2c = hw.disk_to_cpu, c2d = hw.cpu_to_disk, c2d_kv = hw.cpu_to_disk_kv;
   const double dev_bw = hw.device_mem_bandwidth;
-  // A layer's weights on disk are one request (at most two in flight), read
-  // beside the compute of the layer before: on a CPU device at the rate
-  // measured so (EngineCompute::layer_load_rate), else at the disk's rate
-  // for requests of that size.
-  const double d2c_w = unified && compute != nullptr && compute->layer_load_rate() > 0
-                           ? compute->layer_load_rate()
-                           : hw.weight_read_rate(w_layer);
+  // A layer's weights on disk are one request (at most two in flight).
+  const double d2c_w = hw.weight_read_rate(w_layer);
   // KV on disk: a sequence's pages of one layer are records in extents of
   // consecutive slots (core/kv_layout.h), read an extent (or the pages the
   // sequence has, on average over the decode) per request.

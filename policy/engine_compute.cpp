@@ -84,40 +84,26 @@ void EngineCompute::validate(const std::string& source) const {
   for (const auto& [what, v] : {std::pair{"decode_ctx", decode_ctx},
                                 {"decode_key_s", decode_key_s},
                                 {"prefill_seq", prefill_seq},
-                                {"prefill_pair_s", prefill_pair_s},
-                                {"layer_load_s", layer_load_s},
-                                {"layer_load_bytes", layer_load_bytes}}) {
+                                {"prefill_pair_s", prefill_pair_s}}) {
     if (!(v >= 0) || !std::isfinite(v)) fail("{}: {} is {}; it must be 0 or more", source, what, v);
   }
-  if (layer_load_s > 0 && !(layer_load_bytes > 0)) {
-    fail("{}: a layer's load of {} bytes took {} s; the bytes must be more than 0", source,
-         layer_load_bytes, layer_load_s);
-  }
-}
-
-double EngineCompute::layer_load_rate() const {
-  return layer_load_s > 0 ? layer_load_bytes / layer_load_s : 0;
 }
 
 nlohmann::json to_json(const EngineCompute& c) {
   nlohmann::json j = {{"key", c.key},
-          {"decode_rows", c.decode_rows},
-          {"decode_layer_s", c.decode_layer_s},
-          {"decode_layer_cold_s", c.decode_layer_cold_s},
-          {"decode_ctx", c.decode_ctx},
-          {"decode_key_s", c.decode_key_s},
-          {"prefill_tokens", c.prefill_tokens},
-          {"prefill_layer_s", c.prefill_layer_s},
-          {"prefill_seq", c.prefill_seq},
-          {"prefill_pair_s", c.prefill_pair_s},
-          {"head_rows", c.head_rows},
-          {"head_s", c.head_s},
-          {"head_cold_s", c.head_cold_s}};
+                      {"decode_rows", c.decode_rows},
+                      {"decode_layer_s", c.decode_layer_s},
+                      {"decode_layer_cold_s", c.decode_layer_cold_s},
+                      {"decode_ctx", c.decode_ctx},
+                      {"decode_key_s", c.decode_key_s},
+                      {"prefill_tokens", c.prefill_tokens},
+                      {"prefill_layer_s", c.prefill_layer_s},
+                      {"prefill_seq", c.prefill_seq},
+                      {"prefill_pair_s", c.prefill_pair_s},
+                      {"head_rows", c.head_rows},
+                      {"head_s", c.head_s},
+                      {"head_cold_s", c.head_cold_s}};
   if (!c.decode_layer_streamed_s.empty()) j["decode_layer_streamed_s"] = c.decode_layer_streamed_s;
-  if (c.layer_load_s > 0) {
-    j["layer_load_s"] = c.layer_load_s;
-    j["layer_load_bytes"] = c.layer_load_bytes;
-  }
   return j;
 }
 
@@ -139,10 +125,6 @@ EngineCompute engine_compute_from_json(const nlohmann::json& j, const std::strin
     j.at("head_cold_s").get_to(c.head_cold_s);
     if (j.contains("decode_layer_streamed_s")) {
       j.at("decode_layer_streamed_s").get_to(c.decode_layer_streamed_s);
-    }
-    if (j.contains("layer_load_s")) {
-      j.at("layer_load_s").get_to(c.layer_load_s);
-      j.at("layer_load_bytes").get_to(c.layer_load_bytes);
     }
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not a measurement of the engine's compute: {}", source, e.what());

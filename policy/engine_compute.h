@@ -27,13 +27,7 @@
 // from disk: on a machine with few cores the disk I/O layer's thread and
 // the kernel's completions take time from the compute threads. The cost
 // model adds decode_stream_extra(g) = D_stream(g) - D_cold(g) to a layer's
-// compute for the share of its weights read from disk. And the load
-// itself: layer_load_s is the time from issuing a read of one layer's
-// weights (layer_load_bytes) to a waiting thread seeing it done while
-// decode layers compute beside it, the engine's overlap of a layer's
-// compute and the next layer's load; the cost model reads a layer's disk
-// share in that time (the disk's own rate, the profile's, holds only when
-// nothing computes).
+// compute for the share of its weights read from disk.
 // D, P and H are piecewise linear through the measured points (beyond the
 // last point along the last segment; below the first along the first
 // segment, but never below the proportional share of the first point).
@@ -61,8 +55,6 @@ struct EngineCompute {
   std::vector<double> decode_layer_cold_s;  // D_cold(g): the same out of the caches
   // D_stream(g): cold, beside a layer's weight load (empty: not measured)
   std::vector<double> decode_layer_streamed_s;
-  double layer_load_s = 0;      // one layer's weights read beside compute (0: not measured)
-  double layer_load_bytes = 0;  // the bytes of that read
   double decode_ctx = 0;
   double decode_key_s = 0;  // per sequence and key beyond decode_ctx
 
@@ -85,9 +77,6 @@ struct EngineCompute {
   // Seconds a weight load from disk adds to a decode layer of g sequences
   // (0 when not measured).
   double decode_stream_extra(double g) const;
-  // Bytes per second of a layer's weight load beside compute (0 when not
-  // measured).
-  double layer_load_rate() const;
 
   // Throws Error naming `source` when an invariant above does not hold.
   void validate(const std::string& source) const;

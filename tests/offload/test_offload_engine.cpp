@@ -22,14 +22,14 @@
 #include <vector>
 
 #include "core/error.h"
-#include "offload/engine_goldens.h"
 #include "model/model.h"
-#include "offload/offload_engine.h"
+#include "offload/engine_goldens.h"
 #include "offload/fixture_runs.h"
+#include "offload/offload_engine.h"
 #include "offload/offload_test_util.h"
 #include "offload/pack.h"
-#include "offload/weight_placement.h"
 #include "offload/trace.h"
+#include "offload/weight_placement.h"
 
 namespace strata {
 namespace {
@@ -62,7 +62,8 @@ uint64_t weight_bytes_per_block(const Fixture& f, double w_disk, int64_t n_steps
     return u ? (u->disk_read_bytes + 4095) / 4096 * 4096 : 0;
   };
   uint64_t layers = 0;
-  for (int64_t l = 0; l < f.model->config().n_layer; ++l) layers += read("blk." + std::to_string(l));
+  for (int64_t l = 0; l < f.model->config().n_layer; ++l)
+    layers += read("blk." + std::to_string(l));
   const uint64_t steps = static_cast<uint64_t>(n_steps);
   if (f.model->config().tie_embeddings) return read("embed") * (steps + 1) + layers * steps;
   return (read("embed") + layers + read("output")) * steps;
@@ -82,8 +83,8 @@ TEST_P(OffloadGrid, EveryPlacementGivesTheTokensAndLogitsOfTheAllInRamRun) {
       for (bool kv_disk : {false, true}) {
         if (w_disk == 0 && !kv_disk) continue;
         const std::string what = f.name + " " + std::to_string(g) + "x" + std::to_string(k) +
-                                  " weights " + std::to_string(w_disk) + " on disk, KV " +
-                                  (kv_disk ? "on disk" : "in RAM");
+                                 " weights " + std::to_string(w_disk) + " on disk, KV " +
+                                 (kv_disk ? "on disk" : "in RAM");
         auto e = make_engine(*f.model, options(f, g, k, w_disk, kv_disk, dir.path));
         const GenRun r = generate(*e, f.prompts);
         expect_same_bits(ref, r, what);
@@ -92,8 +93,8 @@ TEST_P(OffloadGrid, EveryPlacementGivesTheTokensAndLogitsOfTheAllInRamRun) {
         // step; KV pages written as they fill and read back in decode.
         const int64_t n_blocks =
             (static_cast<int64_t>(f.prompts.size()) + e->block_size() - 1) / e->block_size();
-        const uint64_t w_read = static_cast<uint64_t>(n_blocks) *
-                                weight_bytes_per_block(f, w_disk, kNewTokens);
+        const uint64_t w_read =
+            static_cast<uint64_t>(n_blocks) * weight_bytes_per_block(f, w_disk, kNewTokens);
         if (!kv_disk) {
           EXPECT_EQ(link_bytes(r.stats, "disk->cpu"), w_read) << what;
           EXPECT_EQ(link_bytes(r.stats, "cpu->disk"), 0u) << what;
@@ -115,15 +116,16 @@ TEST_P(OffloadGrid, EveryPlacementGivesTheTokensAndLogitsOfTheAllInRamRun) {
   for (const auto& [shape, r] : refs) {
     double max_d = 0, max_ref = 0;
     for (size_t s = 0; s < f.prompts.size(); ++s) {
-      for (float x : one.logits[s][0]) max_ref = std::max(max_ref, std::fabs(static_cast<double>(x)));
+      for (float x : one.logits[s][0])
+        max_ref = std::max(max_ref, std::fabs(static_cast<double>(x)));
     }
     const double bound = micro_batch_bound(f.model->config(), max_ref);
     for (size_t s = 0; s < f.prompts.size(); ++s) {
       for (size_t v = 0; v < one.logits[s][0].size(); ++v) {
         const double d = std::fabs(static_cast<double>(r.logits[s][0][v]) - one.logits[s][0][v]);
         max_d = std::max(max_d, d);
-        ASSERT_LE(d, bound) << f.name << " " << shape.first << "x" << shape.second
-                            << " sequence " << s << " token " << v;
+        ASSERT_LE(d, bound) << f.name << " " << shape.first << "x" << shape.second << " sequence "
+                            << s << " token " << v;
       }
     }
     std::printf("[ %s %ldx%ld ] prefill logits vs 1x1: max|d| %.3g, bound %.3g\n", f.name.c_str(),
@@ -259,7 +261,8 @@ TEST(Offload, UnwritableOffloadDirectoryFailsNamingIt) {
   fs::create_directories(ro);
   ::chmod(ro.c_str(), 0555);
   offload_test::NoPermissionOverride no_override;
-  if (!offload_test::dir_is_unwritable(ro)) GTEST_SKIP() << "cannot make a read-only directory here";
+  if (!offload_test::dir_is_unwritable(ro))
+    GTEST_SKIP() << "cannot make a read-only directory here";
   for (const auto& [w_disk, kv_disk] : {std::pair{1.0, false}, {0.0, true}}) {
     EngineOptions o = options(f, 2, 1, w_disk, kv_disk, dir.path);
     o.offload_dir = (ro / "sub").string();

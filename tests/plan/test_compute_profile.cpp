@@ -100,7 +100,6 @@ TEST(ComputeProfile, MeasuresEveryPointOfTheTables) {
   EXPECT_NE(c.key.find("compute f32 kv f32 threads 1"), std::string::npos) << c.key;
   // Without a directory to read from, nothing beside a weight load.
   EXPECT_TRUE(c.decode_layer_streamed_s.empty());
-  EXPECT_EQ(c.layer_load_s, 0);
 }
 
 TEST(ComputeProfile, TheKeyNamesTheFormatTheEngineHoldsTheWeightsIn) {
@@ -126,13 +125,11 @@ TEST(ComputeProfile, MeasuredOnceThenReadFromTheCacheAndRemeasuredWhenUnreadable
   const EngineCompute first = engine_compute_for(*model, eo, offload);
   ASSERT_EQ(cache.files().size(), 1u);
   // Decode beside a layer's weight load read from the offload directory,
-  // never faster than without it, and that load's time; its file is gone.
+  // never faster than without it; the file it read is gone.
   ASSERT_EQ(first.decode_layer_streamed_s.size(), first.decode_rows.size());
   for (size_t i = 0; i < first.decode_rows.size(); ++i) {
     EXPECT_GE(first.decode_layer_streamed_s[i], first.decode_layer_cold_s[i]);
   }
-  EXPECT_GT(first.layer_load_s, 0);
-  EXPECT_GT(first.layer_load_bytes, 0);
   for (const auto& f : fs::directory_iterator(offload)) {
     EXPECT_EQ(f.path().filename().string().find(".strata-compute"), std::string::npos) << f.path();
   }
