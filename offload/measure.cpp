@@ -92,14 +92,6 @@ DeviceBuffer device_random(Backend& backend, DType t, size_t n_elems, uint64_t s
   return device_copy_of(backend, host.data(), bytes);
 }
 
-// Removes a file when it goes out of scope.
-struct RemoveOnExit {
-  std::string path;
-  ~RemoveOnExit() {
-    if (!path.empty()) ::unlink(path.c_str());
-  }
-};
-
 // Room the disk measurement leaves free beyond its file: the filesystem's
 // metadata and whatever else is being written meanwhile.
 constexpr uint64_t kDiskMargin = uint64_t{64} << 20;

@@ -16,6 +16,8 @@
 // cannot produce one throws Error naming what failed.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -26,6 +28,14 @@
 #include "core/dtype.h"
 
 namespace strata {
+
+// Removes a file when it goes out of scope (the measurements' scratch files).
+struct RemoveOnExit {
+  std::string path;
+  ~RemoveOnExit() {
+    if (!path.empty()) ::unlink(path.c_str());
+  }
+};
 
 class Backend;
 

@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "offload/aligned_buffer.h"
 #include "offload/disk_io.h"
+#include "offload/measure.h"
 #include "offload/pack.h"
 #include "plan/machine_profile.h"
 #include "quant/convert.h"
@@ -135,18 +136,13 @@ DeviceBuffer random_matrix(Backend& be, DType t, int64_t rows, int64_t cols, uin
 class LayerRead {
  public:
   LayerRead(const std::string& dir, uint64_t layer_bytes)
-      : path_((fs::path(dir) / fmt::format(".strata-compute-{}.tmp", ::getpid())).string()),
+      : remove_{(fs::path(dir) / fmt::format(".strata-compute-{}.tmp", ::getpid())).string()},
         bytes_((layer_bytes + kDiskAlign - 1) / kDiskAlign * kDiskAlign),
         buf_(bytes_) {
     std::memset(buf_.data(), 0x5a, bytes_);
-    file_ = DiskFile::open(path_, OpenMode::kCreate, true);
+    file_ = DiskFile::open(remove_.path, OpenMode::kCreate, true);
     for (uint64_t at : {uint64_t{0}, bytes_}) io_.wait(io_.write(file_, at, buf_.data(), bytes_));
     file_.sync();
-  }
-  ~LayerRead() {
-    file_ = DiskFile{};
-    std::error_code ec;
-    fs::remove(path_, ec);
   }
   LayerRead(const LayerRead&) = delete;
   LayerRead& operator=(const LayerRead&) = delete;
@@ -155,7 +151,7 @@ class LayerRead {
   void wait(const Ticket& t) { io_.wait(t); }
 
  private:
-  std::string path_;
+  RemoveOnExit remove_;  // destroyed last: after the file closes
   uint64_t bytes_;
   AlignedBuffer buf_;
   DiskIo io_;
@@ -413,8 +409,8 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
     c.head_s.push_back(t[i++]);
     c.head_cold_s.push_back(t[i++]);
   }
-  const double at_long = t[i++];
   c.decode_layer_streamed_s = streamed;
+  const double at_long = t[i++];
   const double at_short =
       interpolate(c.decode_rows, c.decode_layer_cold_s, static_cast<double>(kSlopeRows));
   c.decode_key_s = std::max(
