@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/int8_panel.h"
 #include "kernels/cpu/int8_weight_format.h"
+#include "kernels/cpu/matmul_int8_avx2.h"
 #include "kernels/cpu/parallel.h"
 #include "quant/gguf_integers.h"
 
@@ -44,9 +45,9 @@ XLayout x_layout(int64_t m, int64_t k, int64_t group) {
 
 // ---- Portable path: the same float operations in the same order. ----
 
-// s[g] = sum u[e] * q[e] over group g of `group` values (a multiple of 16),
-// for the k / group groups of a row, exactly.
-void group_dots_scalar(const uint8_t* u, const int8_t* q, int64_t k, int64_t group, int32_t* s) {
+// s[g] = sum u[e] * q[e] over group g of `group` values, for the k / group
+// groups of a row, exactly.
+void group_dots(const uint8_t* u, const int8_t* q, int64_t k, int64_t group, int32_t* s) {
   for (int64_t g = 0; g < k / group; ++g) {
     int32_t acc = 0;
     for (int64_t e = g * group; e < (g + 1) * group; ++e) acc += static_cast<int32_t>(u[e]) * q[e];
@@ -54,43 +55,11 @@ void group_dots_scalar(const uint8_t* u, const int8_t* q, int64_t k, int64_t gro
   }
 }
 
-#if defined(__x86_64__)
-// The same with AVX2: both operands widened to 16 bits, so that vpmaddwd's
-// pair sums are exact (vpmaddubsw would saturate at 2 x 255 x 127).
-__attribute__((target("avx2"))) void group_dots_avx2(const uint8_t* u, const int8_t* q, int64_t k,
-                                                     int64_t group, int32_t* s) {
-  for (int64_t g = 0; g < k / group; ++g) {
-    __m256i acc = _mm256_setzero_si256();
-    for (int64_t e = g * group; e < (g + 1) * group; e += 16) {
-      const __m256i a =
-          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + e)));
-      const __m256i b =
-          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + e)));
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-    }
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-    s[g] = _mm_cvtsi128_si32(h);
-  }
-}
-#endif
-
-using GroupDots = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, int32_t*);
-
-GroupDots group_dots() {
-#if defined(__x86_64__)
-  if (cpu_features().avx2_fma) return group_dots_avx2;
-#endif
-  return group_dots_scalar;
-}
-
 void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const WeightFormat& f,
                           size_t w_row_bytes, const float* bias, int64_t m, int64_t n, int64_t k,
                           const int8_t* qx, const float* dx, const int32_t* sums, int n_threads) {
   const int64_t g_sz = f.group;
   const int64_t ng = k / g_sz;
-  const GroupDots dots = group_dots();
 #pragma omp parallel num_threads(n_threads)
   {
     std::vector<uint8_t> u(static_cast<size_t>(k));
@@ -105,7 +74,7 @@ void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const Weigh
                      mw.data() + b * gpb);
       }
       for (int64_t i = 0; i < m; ++i) {
-        dots(u.data(), qx + i * k, k, g_sz, sg.data());
+        group_dots(u.data(), qx + i * k, k, g_sz, sg.data());
         float acc = 0.0f;
         for (int64_t g = 0; g < ng; ++g) {
           const int32_t s = sg[static_cast<size_t>(g)];
@@ -519,7 +488,7 @@ size_t matmul_int8_x_bytes(int64_t m, int64_t k, int64_t group) {
 }
 
 size_t matmul_int8_panel_bytes(int64_t k, int64_t group) {
-  return panel_layout(k, group).bytes;
+  return std::max(panel_layout(k, group).bytes, matmul_int8_avx2_ws_bytes(k, group));
 }
 
 Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
@@ -546,7 +515,12 @@ Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride,
     for (int64_t i = 0; i < m; ++i) {
       quantize_row_int8_ref(x + i * x_stride, k, g_sz, qx + i * k, dx + i * ng, bt + i * ng);
     }
-    matmul_int8_portable(y, y_stride, w, f, w_row_bytes, bias, m, n, k, qx, dx, bt, n_threads);
+    if (matmul_int8_avx2_ok()) {
+      matmul_int8_avx2(y, y_stride, w, f, w_row_bytes, bias, m, n, k, qx, dx, bt, panels,
+                       n_threads);
+    } else {
+      matmul_int8_portable(y, y_stride, w, f, w_row_bytes, bias, m, n, k, qx, dx, bt, n_threads);
+    }
     return Status::kOk;
   }
 #if defined(__x86_64__)

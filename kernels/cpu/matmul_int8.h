@@ -18,16 +18,17 @@
 //        f = float(S_g) * dw_g;  f = fma(mw_g, float(T_g), f)  (asymmetric only);
 //        acc = fma(f, dx_g, acc);  y = acc + bias
 //      so it is deterministic (independent of threads and tiling) and the
-//      portable and AVX512-VNNI kernels give the same bits. The reference sums
-//      in double.
+//      portable loops, the AVX2 kernel and the AVX512-VNNI kernel give the
+//      same bits. The reference sums in double.
 // The rounding of x to int8 (relative error up to 1/254 of the group's largest
 // |x|) is what this mode trades for speed; the tests bound its effect.
 //
-// Kernel: panels of 32 weight rows are unpacked per call into an L2-resident
-// buffer laid out for vpdpbusd ([k/4 steps][2 x 16 rows][4 bytes] unsigned,
-// Q8S shifted by 128, with the per-group scales beside), then multiplied by
-// tiles of up to 6 rows of quantized x with 32-bit integer accumulation per
-// group. Nothing the size of W is written.
+// Kernel with AVX512-VNNI: panels of 32 weight rows are unpacked per call into
+// an L2-resident buffer laid out for vpdpbusd ([k/4 steps][2 x 16 rows][4
+// bytes] unsigned, Q8S shifted by 128, with the per-group scales beside), then
+// multiplied by tiles of up to 6 rows of quantized x with 32-bit integer
+// accumulation per group. With AVX2 only: strips of 8 weight rows, one per
+// lane (matmul_int8_avx2.h). Nothing the size of W is written.
 #pragma once
 
 #include <cstddef>
@@ -61,8 +62,8 @@ bool matmul_int8_ok(DType w_dtype);
 // G for weights of type t: the values per weight scale, and per activation scale.
 int64_t matmul_int8_group(DType w_dtype);
 
-// Whether this CPU runs the int8 kernel with AVX512-VNNI (otherwise the
-// portable loops compute the same bits, slowly).
+// Whether this CPU runs the int8 kernel with AVX512-VNNI (otherwise the AVX2
+// kernel or the portable loops compute the same bits, more slowly).
 bool matmul_int8_native();
 
 // Workspace of one call: the quantized rows of x, and per thread one panel.

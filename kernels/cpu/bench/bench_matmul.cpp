@@ -14,6 +14,8 @@
 //                       [--compute f32|bf16|int8]
 //                       [--dtypes f32,q4a32,q5_0,q4_k,...]  (shapes whose k is not a
 //                       whole number of blocks are skipped)
+//                       [--isa avx2|scalar]  (our kernels as on a CPU without
+//                       AVX-512, or without AVX2 too)
 #include <omp.h>
 #include <dnnl.hpp>
 
@@ -32,6 +34,7 @@
 #include "core/bench.h"
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "quant/convert.h"
 #include "quant/quant.h"
@@ -221,6 +224,14 @@ int main(int argc, char** argv) {
         dtypes.push_back(*t);
         p = e + 1;
       }
+    } else if (a == "--isa" && i + 1 < argc) {
+      // Our kernels as on a CPU with less (oneDNN's own: DNNL_MAX_CPU_ISA).
+      const std::string isa = argv[++i];
+      if (isa != "avx2" && isa != "scalar") {
+        std::fprintf(stderr, "unknown --isa '%s' (avx2 or scalar)\n", isa.c_str());
+        return 2;
+      }
+      strata::cpu::restrict_cpu_features({false, false, isa == "avx2"});
     } else if (a == "--threads" && i + 1 < argc) {
       omp_set_num_threads(std::atoi(argv[++i]));
     } else if (a == "--reps" && i + 1 < argc) {
@@ -229,7 +240,7 @@ int main(int argc, char** argv) {
       std::printf(
           "usage: %s [--quick] [--threads N] [--reps N] [--decode-only] [--decode-m 1,8,32] "
           "[--decode-dtype q4a32|f16|...] [--compute f32|bf16|int8] [--dtypes "
-          "f32,q4a32,q4_k,...]\n",
+          "f32,q4a32,q4_k,...] [--isa avx2|scalar]\n",
           argv[0]);
       return a == "--help" ? 0 : 2;
     }

@@ -1,0 +1,279 @@
+#include "kernels/cpu/matmul_int8_avx2.h"
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/int8_weight_format.h"
+#include "kernels/cpu/parallel.h"
+#include "quant/gguf_integers.h"
+
+namespace strata::cpu {
+
+namespace {
+
+constexpr int64_t kRows = 8;  // weight rows per strip: one per lane
+
+int64_t round_up(int64_t v, int64_t q) {
+  return (v + q - 1) / q * q;
+}
+
+// A thread's strip buffer: v [kRows][ldv] bytes (u, or u - 128 for the 8-bit
+// formats), then dw and mw [k / G][kRows] f32.
+struct StripLayout {
+  int64_t ldv = 0;
+  size_t dw = 0, mw = 0, bytes = 0;
+};
+
+StripLayout strip_layout(int64_t k, int64_t group) {
+  StripLayout l;
+  l.ldv = round_up(k, 32);
+  const size_t scales = static_cast<size_t>(k / group * kRows) * sizeof(float);
+  l.dw = static_cast<size_t>(kRows * l.ldv);
+  l.mw = l.dw + scales;
+  l.bytes = l.mw + scales;
+  return l;
+}
+
+// The 8-bit formats: u up to 255, multiplied as u - 128.
+bool wide(const WeightFormat& f) {
+  return !f.gguf && !f.nibbles;
+}
+
+#if defined(__x86_64__)
+#define STRATA_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// Weight row `row` (k values) into lane r of the strip buffer.
+STRATA_AVX2 void unpack_row(const WeightFormat& f, const uint8_t* row, int64_t k, uint8_t* v,
+                            float* dw, float* mw, int64_t r) {
+  const int64_t g_sz = f.group;
+  if (f.gguf) {
+    const int64_t gpb = f.groups_per_block();
+    float bd[16], bm[16];
+    for (int64_t b = 0; b < k / f.block_elems; ++b) {
+      gguf_unpack_block(f.dtype, row + b * f.block_bytes, v + b * f.block_elems, bd, bm);
+      for (int64_t g = 0; g < gpb; ++g) {
+        dw[(b * gpb + g) * kRows + r] = bd[g];
+        mw[(b * gpb + g) * kRows + r] = bm[g];
+      }
+    }
+    return;
+  }
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  // Q8S stores q = u - 128 already; Q8A stores u.
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(f.signed_q ? 0 : 0x80));
+  for (int64_t g = 0; g < k / g_sz; ++g) {
+    const uint8_t* block = row + g * f.block_bytes;
+    uint16_t d = 0, m = 0;
+    std::memcpy(&d, block, 2);
+    if (f.has_min) std::memcpy(&m, block + 2, 2);
+    dw[g * kRows + r] = _cvtsh_ss(d);
+    mw[g * kRows + r] = f.has_min ? _cvtsh_ss(m) : 0.0f;
+    const uint8_t* qs = block + f.qs_off;
+    uint8_t* vg = v + g * g_sz;
+    if (f.nibbles) {
+      // Element j: the low nibble of byte j (j < G/2), else the high nibble of byte j - G/2.
+      for (int64_t j = 0; j < g_sz / 2; j += 16) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + j));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(vg + j), _mm_and_si128(q, low4));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(vg + g_sz / 2 + j),
+                         _mm_and_si128(_mm_srli_epi16(q, 4), low4));
+      }
+    } else {
+      for (int64_t j = 0; j < g_sz; j += 16) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + j));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(vg + j), _mm_xor_si128(q, flip));
+      }
+    }
+  }
+}
+
+// Products of bytes a (unsigned below 128, or signed when kWide) and b
+// (signed), pairs summed in 16 bits, then pairs of those in 32.
+template <bool kWide, typename V>
+STRATA_AVX2 inline V pair_dots(V a, V b) {
+  if constexpr (sizeof(V) == 32) {
+    const __m256i p = kWide ? _mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(b, a))
+                            : _mm256_maddubs_epi16(a, b);
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+  } else {
+    const __m128i p =
+        kWide ? _mm_maddubs_epi16(_mm_abs_epi8(a), _mm_sign_epi8(b, a)) : _mm_maddubs_epi16(a, b);
+    return _mm_madd_epi16(p, _mm_set1_epi16(1));
+  }
+}
+
+STRATA_AVX2 inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// S of one group for the 8 rows of the strip (ldv apart) against x's group
+// xg: lane r is row r's sum.
+template <int G, bool kWide>
+STRATA_AVX2 inline __m256i group_sums(const uint8_t* v, int64_t ldv, const int8_t* xg) {
+  const auto* xb = reinterpret_cast<const uint8_t*>(xg);
+  if constexpr (G == 16) {
+    // Two rows per vector: lanes 0-3 row r, lanes 4-7 row r + 1.
+    const __m256i x =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb)));
+    __m256i p[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h) {
+      const __m256i a = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(v + (2 * h + 1) * ldv),
+                                            reinterpret_cast<const __m128i*>(v + 2 * h * ldv));
+      p[h] = pair_dots<kWide>(a, x);
+    }
+    // Lower halves rows 0, 2, 4, 6; upper halves rows 1, 3, 5, 7.
+    const __m256i s =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    return _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  } else {
+    __m256i p[kRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      p[r] = pair_dots<kWide>(load32(v + r * ldv), load32(xb));
+#pragma GCC unroll 4
+      for (int c = 32; c < G; c += 32) {
+        p[r] = _mm256_add_epi32(p[r], pair_dots<kWide>(load32(v + r * ldv + c), load32(xb + c)));
+      }
+    }
+    // Each 128-bit half: the four rows' partial sums of that half.
+    const __m256i lo =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i hi =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                            _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+}
+
+// Row i of x against the unpacked strip: 8 values of y.
+template <int G, bool kWide>
+STRATA_AVX2 __m256 strip_row(const uint8_t* v, int64_t ldv, const float* dw, const float* mw,
+                             const WeightFormat& f, int64_t ng, const int8_t* qx, const float* dx,
+                             const int32_t* t) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    __m256i s = group_sums<G, kWide>(v + g * G, ldv, qx + g * G);
+    if constexpr (kWide) s = _mm256_add_epi32(s, _mm256_set1_epi32(128 * t[g]));
+    __m256 fv;
+    if (f.has_min) {
+      fv = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_load_ps(dw + g * kRows));
+      fv = _mm256_fmadd_ps(_mm256_load_ps(mw + g * kRows), _mm256_set1_ps(static_cast<float>(t[g])),
+                           fv);
+    } else {
+      const __m256i c = _mm256_sub_epi32(s, _mm256_set1_epi32(f.bias * t[g]));
+      fv = _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_load_ps(dw + g * kRows));
+    }
+    acc = _mm256_fmadd_ps(fv, _mm256_set1_ps(dx[g]), acc);
+  }
+  return acc;
+}
+
+using StripRowFn = __m256 (*)(const uint8_t*, int64_t, const float*, const float*,
+                              const WeightFormat&, int64_t, const int8_t*, const float*,
+                              const int32_t*);
+
+template <bool kWide>
+StripRowFn strip_row_for(int64_t group) {
+  switch (group) {
+    case 16:
+      return strip_row<16, kWide>;
+    case 32:
+      return strip_row<32, kWide>;
+    case 64:
+      return strip_row<64, kWide>;
+    case 128:
+      return strip_row<128, kWide>;
+    case 256:
+      return strip_row<256, kWide>;
+    default:
+      return nullptr;
+  }
+}
+
+// Strips [s0, s1) of the weights against every row of x.
+STRATA_AVX2 void strips(float* y, int64_t y_stride, const uint8_t* w, const WeightFormat& f,
+                        size_t w_row_bytes, const float* bias, int64_t m, int64_t n, int64_t k,
+                        const int8_t* qx, const float* dx, const int32_t* t, char* ws, int64_t s0,
+                        int64_t s1) {
+  const int64_t ng = k / f.group;
+  const StripLayout sl = strip_layout(k, f.group);
+  auto* v = reinterpret_cast<uint8_t*>(ws);
+  auto* dw = reinterpret_cast<float*>(ws + sl.dw);
+  auto* mw = reinterpret_cast<float*>(ws + sl.mw);
+  const StripRowFn row_fn = wide(f) ? strip_row_for<true>(f.group) : strip_row_for<false>(f.group);
+  for (int64_t s = s0; s < s1; ++s) {
+    const int64_t j0 = s * kRows;
+    const int64_t rows = std::min(kRows, n - j0);
+    // The next strip, into L2 while this one is multiplied.
+    if (s + 1 < s1) {
+      const char* ahead =
+          reinterpret_cast<const char*>(w + static_cast<size_t>(j0 + kRows) * w_row_bytes);
+      const size_t bytes = static_cast<size_t>(std::min(kRows, n - j0 - kRows)) * w_row_bytes;
+      for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T1);
+    }
+    for (int64_t r = 0; r < kRows; ++r) {
+      uint8_t* vr = v + r * sl.ldv;
+      if (r < rows) {
+        unpack_row(f, w + static_cast<size_t>(j0 + r) * w_row_bytes, k, vr, dw, mw, r);
+      } else {
+        std::memset(vr, 0, static_cast<size_t>(k));
+        for (int64_t g = 0; g < ng; ++g) dw[g * kRows + r] = mw[g * kRows + r] = 0.0f;
+      }
+    }
+    alignas(32) float out[kRows];
+    for (int64_t i = 0; i < m; ++i) {
+      const __m256 acc = row_fn(v, sl.ldv, dw, mw, f, ng, qx + i * k, dx + i * ng, t + i * ng);
+      float* yr = y + i * y_stride + j0;
+      if (rows == kRows && bias == nullptr) {
+        _mm256_storeu_ps(yr, acc);
+        continue;
+      }
+      _mm256_store_ps(out, acc);
+      for (int64_t r = 0; r < rows; ++r) yr[r] = bias != nullptr ? out[r] + bias[j0 + r] : out[r];
+    }
+  }
+}
+#endif  // __x86_64__
+
+}  // namespace
+
+bool matmul_int8_avx2_ok() {
+#if defined(__x86_64__)
+  return cpu_features().avx2_fma;
+#else
+  return false;
+#endif
+}
+
+size_t matmul_int8_avx2_ws_bytes(int64_t k, int64_t group) {
+  return strip_layout(k, group).bytes;
+}
+
+void matmul_int8_avx2(float* y, int64_t y_stride, const void* w, const WeightFormat& f,
+                      size_t w_row_bytes, const float* bias, int64_t m, int64_t n, int64_t k,
+                      const int8_t* qx, const float* dx, const int32_t* t, void* const* ws,
+                      int n_threads) {
+#if defined(__x86_64__)
+  const int64_t n_strips = (n + kRows - 1) / kRows;
+  const int nt = static_cast<int>(std::min<int64_t>(n_threads, n_strips));
+#pragma omp parallel num_threads(nt)
+  {
+    int64_t s0 = 0, s1 = 0;
+    const int tid = omp_get_thread_num();
+    split_range(n_strips, omp_get_num_threads(), tid, &s0, &s1);
+    strips(y, y_stride, static_cast<const uint8_t*>(w), f, w_row_bytes, bias, m, n, k, qx, dx, t,
+           static_cast<char*>(ws[tid]), s0, s1);
+  }
+#else
+  (void)y, (void)y_stride, (void)w, (void)f, (void)w_row_bytes, (void)bias, (void)m, (void)n,
+      (void)k, (void)qx, (void)dx, (void)t, (void)ws, (void)n_threads;
+#endif
+}
+
+}  // namespace strata::cpu
