@@ -65,6 +65,10 @@ void apply_policy(const Policy& p, const RunShape& run, EngineOptions& eo) {
   eo.plan_new_tokens = run.gen;
 }
 
+// Bytes of the engine's activation element: it holds hidden states and a
+// layer's working rows in f32 (offload/block_budget.cpp).
+constexpr double kEngineActBytes = sizeof(float);
+
 // Bytes of the engine's KV element before any compression the policy asks
 // for: its KV dtype, or when that is quantized the one it computes beside.
 double uncompressed_kv_bytes(const EngineOptions& eo) {
@@ -101,6 +105,7 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
   const ModelShape shape = model_shape_of(model);
   Workload work{std::max<int64_t>(1, run.max_prompt), std::max<int64_t>(1, run.gen)};
   work.kv_elem_bytes = plan.kv_elem_bytes;
+  work.act_elem_bytes = kEngineActBytes;
   Budgets b;
   const double ram = static_cast<double>(eo.cpu_mem > 0 ? eo.cpu_mem : available_ram_bytes());
   if (hw.unified_memory()) {
@@ -174,7 +179,11 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
       }
       spdlog::debug("policy auto: {} draft tokens: {:.1f} tok/s predicted", k,
                     one.prediction.total_tokens_per_s);
-      if (k == 0 || one.prediction.total_tokens_per_s > sr.prediction.total_tokens_per_s) {
+      // A longer draft must gain more than rounding: where the model ties
+      // (every cost grows with the rows as the kept tokens do) decoding
+      // stays without.
+      if (k == 0 ||
+          one.prediction.total_tokens_per_s > sr.prediction.total_tokens_per_s * (1 + 1e-9)) {
         sr = std::move(one);
         plan.draft_tokens = k;
       }
@@ -286,7 +295,8 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
                         spec.rows,
                         spec.tokens,
                         spec.draft_step_s,
-                        kv_elem_bytes};
+                        kv_elem_bytes,
+                        kEngineActBytes};
     const Prediction pr = strata::predict(shape, *hardware, work, policy, budgets_of(*hardware),
                                           compute ? &*compute : nullptr);
     PredictedThroughput t;

@@ -14,7 +14,6 @@ namespace strata {
 
 namespace {
 
-constexpr double kActBytes = 2;       // activations are f16
 constexpr double kKvPageTokens = 16;  // the engine's KV page
 
 // max(flops / rate, bytes / bandwidth); bandwidth 0 means no memory term.
@@ -156,6 +155,9 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   if (!(work.kv_elem_bytes > 0 && work.kv_elem_bytes <= 8)) {
     fail("KV element of {} bytes: need more than 0 and at most 8", work.kv_elem_bytes);
   }
+  if (!(work.act_elem_bytes > 0 && work.act_elem_bytes <= 8)) {
+    fail("activation element of {} bytes: need more than 0 and at most 8", work.act_elem_bytes);
+  }
   validate_policy(policy, "policy");
   validate_model_shape(shape, shape.name);
   validate_hardware_profile(hw, hw.name);
@@ -182,7 +184,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double n_head = static_cast<double>(shape.n_head);
   const double n_ff = static_cast<double>(shape.n_ff);
   const double vocab = static_cast<double>(shape.vocab);
-  const double a = kActBytes;
+  const double a = work.act_elem_bytes;
 
   const double w_bytes = pol.compress_weight.bytes_per_elem(shape.weight_bytes);
   const double kv_bytes = pol.compress_kv.kv_bytes_per_elem(work.kv_elem_bytes);

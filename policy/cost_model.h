@@ -68,6 +68,10 @@ struct Workload {
   // Bytes of an uncompressed KV element: the engine's KV dtype (f16, or f32
   // when it computes in f32 on a CPU). Policy::compress_kv replaces it.
   double kv_elem_bytes = 2;
+  // Bytes of an activation element (hidden states held between layers, the
+  // working buffers of a layer): FlexGen's f16 by default; the engine holds
+  // them in f32 (offload/block_budget.h).
+  double act_elem_bytes = 2;
 };
 
 // Memory budget of each tier, bytes.

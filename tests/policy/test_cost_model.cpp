@@ -364,6 +364,12 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
   const CostModel kv4 = build_cost_model(t.shape, t.hw, f32_kv, t.pol);
   EXPECT_REL(term(kv4.decode_layer, "disk->cpu", x), (kWl * 0.25 + 2 * kKt * 10 * 6 * 0.25) / 100);
   EXPECT_REL(kv4.memory[1][1].kv_cache(x), 2 * m.memory[1][1].kv_cache(x));
+  // The engine's activations in f32: twice the hidden states it holds.
+  Workload f32_act = t.work;
+  f32_act.act_elem_bytes = 4;
+  const CostModel act4 = build_cost_model(t.shape, t.hw, f32_act, t.pol);
+  EXPECT_GT(m.memory[1][1].activations(x), 0);
+  EXPECT_REL(act4.memory[1][1].activations(x), 2 * m.memory[1][1].activations(x));
   // With KV read rates by request size, KV pages are read at the rate of
   // their record (K and V of one layer's 16-token page: 2K, in a 4K block).
   t.hw.disk_to_cpu_kv = {{4096, 10}, {16384, 40}};
@@ -450,6 +456,9 @@ TEST(PolicyCostModel, RejectsBadWorkloads) {
   Workload no_kv_bytes = t.work;
   no_kv_bytes.kv_elem_bytes = 0;
   EXPECT_THROW(build_cost_model(t.shape, t.hw, no_kv_bytes, t.pol), Error);
+  Workload no_act_bytes = t.work;
+  no_act_bytes.act_elem_bytes = 0;
+  EXPECT_THROW(build_cost_model(t.shape, t.hw, no_act_bytes, t.pol), Error);
   ModelShape ctx = t.shape;
   ctx.max_context = 10;
   try {
