@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -271,55 +272,110 @@ STRATA_BF16 void dot_rows(float* y, int64_t y_stride, const uint16_t* xb, int64_
   }
 }
 
+// The same for M rows of x (rows from m on zero) one weight row at a time:
+// M accumulators per weight row, each weight chunk widened once for all of
+// them; the m first rows of y written. Per element the same products and
+// sums as dot_rows.
+template <DType T, int M>
+STRATA_BF16 void dot_rows_wide(float* y, int64_t y_stride, const uint16_t* xb, int64_t ldx,
+                               const uint8_t* w, size_t w_row_bytes, const float* bias, int64_t n,
+                               int64_t k, int64_t j0, int64_t j1, int64_t m) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* r0 = w + static_cast<size_t>(j) * w_row_bytes;
+    if (j + kPrefetchRows < n) {
+      const char* ahead = reinterpret_cast<const char*>(r0 + kPrefetchRows * w_row_bytes);
+      for (size_t o = 0; o < w_row_bytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
+    }
+    __m512 a[M];
+#pragma GCC unroll 16
+    for (int i = 0; i < M; ++i) a[i] = _mm512_setzero_ps();
+    for (int64_t e0 = 0; e0 < k; e0 += kChunk) {
+      const __m512bh w0 = w_chunk<T>(r0, e0, k);
+#pragma GCC unroll 16
+      for (int i = 0; i < M; ++i) {
+        const __m512i xv = _mm512_load_si512(xb + i * ldx + e0);
+        a[i] = _mm512_dpbf16_ps(a[i], w0, reinterpret_cast<const __m512bh&>(xv));
+      }
+    }
+    const float b0 = bias != nullptr ? bias[j] : 0.0f;
+    for (int64_t i = 0; i < m; ++i) y[i * y_stride + j] = _mm512_reduce_add_ps(a[i]) + b0;
+  }
+}
+
 using DotFn = void (*)(float*, int64_t, const uint16_t*, int64_t, const uint8_t*, size_t,
                        const float*, int64_t, int64_t, int64_t, int64_t);
+using WideDotFn = void (*)(float*, int64_t, const uint16_t*, int64_t, const uint8_t*, size_t,
+                           const float*, int64_t, int64_t, int64_t, int64_t, int64_t);
 
 template <DType T>
-constexpr DotFn kDots[kBf16DotMaxM + 1] = {nullptr,        dot_rows<T, 1>, dot_rows<T, 2>,
-                                           dot_rows<T, 3>, dot_rows<T, 4>, dot_rows<T, 5>,
-                                           dot_rows<T, 6>, dot_rows<T, 7>, dot_rows<T, 8>};
+constexpr DotFn kDots[kBf16DotNarrowM + 1] = {nullptr,        dot_rows<T, 1>, dot_rows<T, 2>,
+                                              dot_rows<T, 3>, dot_rows<T, 4>, dot_rows<T, 5>,
+                                              dot_rows<T, 6>, dot_rows<T, 7>, dot_rows<T, 8>};
 
-DotFn dot_fn(DType t, int64_t m) {
+// Calls f(std::integral_constant<DType, t>{}) for the weight types with a
+// chunk reader (dtype_ok).
+template <typename F>
+void visit_dot_dtype(DType t, F&& f) {
   switch (t) {
     case DType::kF32:
-      return kDots<DType::kF32>[m];
+      return f(std::integral_constant<DType, DType::kF32>{});
     case DType::kF16:
-      return kDots<DType::kF16>[m];
+      return f(std::integral_constant<DType, DType::kF16>{});
     case DType::kBF16:
-      return kDots<DType::kBF16>[m];
+      return f(std::integral_constant<DType, DType::kBF16>{});
     case DType::kQ8S32:
-      return kDots<DType::kQ8S32>[m];
+      return f(std::integral_constant<DType, DType::kQ8S32>{});
     case DType::kQ8S64:
-      return kDots<DType::kQ8S64>[m];
+      return f(std::integral_constant<DType, DType::kQ8S64>{});
     case DType::kQ8S128:
-      return kDots<DType::kQ8S128>[m];
+      return f(std::integral_constant<DType, DType::kQ8S128>{});
     case DType::kQ8A32:
-      return kDots<DType::kQ8A32>[m];
+      return f(std::integral_constant<DType, DType::kQ8A32>{});
     case DType::kQ8A64:
-      return kDots<DType::kQ8A64>[m];
+      return f(std::integral_constant<DType, DType::kQ8A64>{});
     case DType::kQ8A128:
-      return kDots<DType::kQ8A128>[m];
+      return f(std::integral_constant<DType, DType::kQ8A128>{});
     case DType::kQ4S32:
-      return kDots<DType::kQ4S32>[m];
+      return f(std::integral_constant<DType, DType::kQ4S32>{});
     case DType::kQ4A32:
-      return kDots<DType::kQ4A32>[m];
+      return f(std::integral_constant<DType, DType::kQ4A32>{});
     case DType::kQ4A64:
-      return kDots<DType::kQ4A64>[m];
+      return f(std::integral_constant<DType, DType::kQ4A64>{});
     case DType::kQ4A128:
-      return kDots<DType::kQ4A128>[m];
+      return f(std::integral_constant<DType, DType::kQ4A128>{});
     case DType::kQ5_0:
-      return kDots<DType::kQ5_0>[m];
+      return f(std::integral_constant<DType, DType::kQ5_0>{});
     case DType::kQ5_1:
-      return kDots<DType::kQ5_1>[m];
+      return f(std::integral_constant<DType, DType::kQ5_1>{});
     case DType::kQ4_K:
-      return kDots<DType::kQ4_K>[m];
+      return f(std::integral_constant<DType, DType::kQ4_K>{});
     case DType::kQ5_K:
-      return kDots<DType::kQ5_K>[m];
+      return f(std::integral_constant<DType, DType::kQ5_K>{});
     case DType::kQ6_K:
-      return kDots<DType::kQ6_K>[m];
+      return f(std::integral_constant<DType, DType::kQ6_K>{});
     default:
-      return nullptr;
+      return;
   }
+}
+
+DotFn dot_fn(DType t, int64_t m) {
+  DotFn fn = nullptr;
+  visit_dot_dtype(t, [&](auto tag) { fn = kDots<decltype(tag)::value>[m]; });
+  return fn;
+}
+
+// Rows of x the wide kernel computes for m rows (8 < m <= kBf16DotWideM).
+int64_t wide_rows(int64_t m) {
+  return m <= 12 ? 12 : kBf16DotWideM;
+}
+
+WideDotFn wide_dot_fn(DType t, int64_t m) {
+  WideDotFn fn = nullptr;
+  visit_dot_dtype(t, [&](auto tag) {
+    constexpr DType T = decltype(tag)::value;
+    fn = wide_rows(m) == 12 ? dot_rows_wide<T, 12> : dot_rows_wide<T, kBf16DotWideM>;
+  });
+  return fn;
 }
 
 // x rows -> bf16, round to nearest even (subnormals to zero, as vcvtne2ps2bf16
@@ -354,7 +410,8 @@ bool matmul_bf16_dot_ok(DType w_dtype, int64_t m) {
 }
 
 size_t matmul_bf16_dot_ws_bytes(int64_t m, int64_t k) {
-  return static_cast<size_t>(m * round_up(k, kChunk) * 2);
+  const int64_t rows = m > kBf16DotNarrowM ? kBf16DotWideM : m;
+  return static_cast<size_t>(rows * round_up(k, kChunk) * 2);
 }
 
 Status matmul_bf16_dot(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
@@ -362,11 +419,28 @@ Status matmul_bf16_dot(float* y, int64_t y_stride, const float* x, int64_t x_str
                        int64_t k, void* ws, int n_threads) {
 #if defined(__x86_64__)
   if (!matmul_bf16_dot_ok(w_dtype, m)) return Status::kUnsupported;
-  const DotFn fn = dot_fn(w_dtype, m);
-  if (fn == nullptr) return Status::kUnsupported;
+  const bool wide = m > kBf16DotNarrowM;
+  const DotFn fn = wide ? nullptr : dot_fn(w_dtype, m);
+  const WideDotFn wide_fn = wide ? wide_dot_fn(w_dtype, m) : nullptr;
+  if (fn == nullptr && wide_fn == nullptr) return Status::kUnsupported;
   const int64_t ldx = round_up(k, kChunk);
   auto* xb = static_cast<uint16_t*>(ws);
   for (int64_t i = 0; i < m; ++i) x_to_bf16(x + i * x_stride, k, xb + i * ldx, ldx);
+  if (wide) {
+    // Rows m .. wide_rows(m) - 1 are zero.
+    std::memset(xb + m * ldx, 0, static_cast<size_t>((wide_rows(m) - m) * ldx) * 2);
+    const int nt = static_cast<int>(std::min<int64_t>(n_threads, n));
+#pragma omp parallel num_threads(nt)
+    {
+      int64_t j0 = 0, j1 = 0;
+      split_range(n, omp_get_num_threads(), omp_get_thread_num(), &j0, &j1);
+      if (j1 > j0) {
+        wide_fn(y, y_stride, xb, ldx, static_cast<const uint8_t*>(w), w_row_bytes, bias, n, k, j0,
+                j1, m);
+      }
+    }
+    return Status::kOk;
+  }
   // Pairs of weight rows split evenly over the threads.
   const int64_t n_pairs = (n + 1) / 2;
   const int nt = static_cast<int>(std::min<int64_t>(n_threads, n_pairs));

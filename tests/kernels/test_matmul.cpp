@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_bf16.h"
 #include "kernels/cpu/matmul_f32_dot.h"
 #include "kernels/matmul_check.h"
 #include "quant/convert.h"
@@ -157,6 +158,41 @@ TEST_P(MatmulTest, SmallMEveryMAvx2Only) {
   const CpuFeatures saved = restrict_cpu_features({false, false, true});
   small_m_every_m(GetParam(), 6000);
   restrict_cpu_features(saved);
+}
+
+// The dot kernels' promise (matmul_bf16.h, matmul_f32_dot.h): a row of y
+// has the same bits in any batch they serve, so a sequence decodes the same
+// alone or beside others. Each m from 1 to the kernel's largest against the
+// first m rows of the largest batch, for the float dtypes and a few formats.
+TEST_P(MatmulTest, DotKernelRowsHaveTheSameBitsInEveryBatch) {
+  const ComputeType c = GetParam();
+  const bool bf16_dot = c == ComputeType::kBF16 && matmul_bf16_dot_ok(DType::kF32, 1);
+  const bool f32_dot = !bf16_dot && c != ComputeType::kInt8 && matmul_f32_dot_ok(1) &&
+                       (c == ComputeType::kF32 || !native_bf16_products());
+  if (!bf16_dot && !f32_dot) GTEST_SKIP() << "no dot kernel for this compute type on this CPU";
+  const int64_t max_m = bf16_dot ? kBf16DotMaxM : kF32DotMaxM;
+  MatmulCache cache;
+  uint32_t seed = 7100;
+  for (DType t :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4A32, DType::kQ8S32, DType::kQ6_K}) {
+    const int64_t k = is_quantized(t) ? 2 * dtype_info(t).block_elems : 96, n = 21;
+    const size_t w_stride = row_bytes(t, k);
+    const auto w = make_w(t, n, k, w_stride, seed);
+    const auto x = test::random_floats(static_cast<size_t>(max_m * k), -1.0f, 1.0f, seed + 1);
+    const auto bias = test::random_floats(static_cast<size_t>(n), -1.0f, 1.0f, seed + 2);
+    std::vector<float> all(static_cast<size_t>(max_m * n));
+    ASSERT_EQ(matmul(cache, all.data(), n, x.data(), k, w.data(), t, w_stride, bias.data(), max_m,
+                     n, k, c),
+              Status::kOk);
+    for (int64_t m = 1; m < max_m; ++m) {
+      std::vector<float> y(static_cast<size_t>(m * n));
+      ASSERT_EQ(
+          matmul(cache, y.data(), n, x.data(), k, w.data(), t, w_stride, bias.data(), m, n, k, c),
+          Status::kOk);
+      EXPECT_EQ(std::memcmp(y.data(), all.data(), y.size() * 4), 0) << dtype_name(t) << " m=" << m;
+    }
+    seed += 10;
+  }
 }
 
 // The shapes of SmolLM2-135M's layers at decode and prefill token counts.
