@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/matmul_int8.h"
+#include "kernels/cpu/matmul_int8_avx2.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/page_select.h"
 #include "kernels/cpu/parallel.h"
@@ -43,10 +44,11 @@ void warn_if_emulated(cpu::ComputeType c) {
         "cpu: no bf16 products on this CPU (no AVX-512): bf16 compute rounds to bf16 and "
         "multiplies in f32, slower than --compute-dtype f32");
   }
-  if (c == cpu::ComputeType::kInt8 && !cpu::matmul_int8_native() && !int8_said.exchange(true)) {
+  if (c == cpu::ComputeType::kInt8 && !cpu::matmul_int8_native() && !cpu::matmul_int8_avx2_ok() &&
+      !int8_said.exchange(true)) {
     spdlog::warn(
-        "cpu: no AVX512-VNNI on this CPU: int8 compute runs portable integer loops, many "
-        "times slower than --compute-dtype f32");
+        "cpu: neither AVX512-VNNI nor AVX2 on this CPU: int8 compute runs portable integer loops, "
+        "many times slower than --compute-dtype f32");
   }
 }
 
