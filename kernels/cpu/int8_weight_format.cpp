@@ -2,6 +2,10 @@
 
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "core/error.h"
 #include "kernels/cpu/matmul_int8.h"
 #include "quant/gguf_integers.h"
@@ -56,5 +60,53 @@ void unpack_block(const WeightFormat& f, const uint8_t* block, uint8_t* u, float
     }
   }
 }
+
+#if defined(__x86_64__)
+__attribute__((target("sse2,f16c"))) void unpack_row_x86(const WeightFormat& f, const uint8_t* row,
+                                                         int64_t k, uint8_t* u, float* dw,
+                                                         float* mw, int64_t stride,
+                                                         bool minus_128) {
+  const int64_t g_sz = f.group;
+  if (f.gguf) {
+    const int64_t gpb = f.groups_per_block();
+    float bd[16], bm[16];
+    for (int64_t b = 0; b < k / f.block_elems; ++b) {
+      gguf_unpack_block(f.dtype, row + b * f.block_bytes, u + b * f.block_elems, bd, bm);
+      for (int64_t g = 0; g < gpb; ++g) {
+        dw[(b * gpb + g) * stride] = bd[g];
+        mw[(b * gpb + g) * stride] = bm[g];
+      }
+    }
+    return;
+  }
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  // Q8S stores q = u - 128, Q8A stores u.
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(f.signed_q != minus_128 ? 0x80 : 0));
+  for (int64_t g = 0; g < k / g_sz; ++g) {
+    const uint8_t* block = row + g * f.block_bytes;
+    uint16_t d = 0, m = 0;
+    std::memcpy(&d, block, 2);
+    if (f.has_min) std::memcpy(&m, block + 2, 2);
+    const uint8_t* qs = block + f.qs_off;
+    dw[g * stride] = _cvtsh_ss(d);
+    mw[g * stride] = f.has_min ? _cvtsh_ss(m) : 0.0f;
+    uint8_t* ug = u + g * g_sz;
+    if (f.nibbles) {
+      // Element j: the low nibble of byte j (j < G/2), else the high nibble of byte j - G/2.
+      for (int64_t j = 0; j < g_sz / 2; j += 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + j));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(ug + j), _mm_and_si128(v, low4));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(ug + g_sz / 2 + j),
+                         _mm_and_si128(_mm_srli_epi16(v, 4), low4));
+      }
+    } else {
+      for (int64_t j = 0; j < g_sz; j += 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + j));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(ug + j), _mm_xor_si128(v, flip));
+      }
+    }
+  }
+}
+#endif
 
 }  // namespace strata::cpu

@@ -35,4 +35,11 @@ WeightFormat weight_format(DType t);
 // symmetric). Scalar code.
 void unpack_block(const WeightFormat& f, const uint8_t* block, uint8_t* u, float* dw, float* mw);
 
+// A row of k values with SSE2 and F16C (the x86 kernels' unpacker): its
+// bytes into u [k], each group's scale and minimum into dw and mw, `stride`
+// floats apart. minus_128: the 8-bit formats' bytes as u - 128 (int8 bits)
+// instead of u; the 4- to 6-bit formats always give u.
+void unpack_row_x86(const WeightFormat& f, const uint8_t* row, int64_t k, uint8_t* u, float* dw,
+                    float* mw, int64_t stride, bool minus_128);
+
 }  // namespace strata::cpu

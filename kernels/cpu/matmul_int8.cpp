@@ -144,52 +144,6 @@ STRATA_VNNI void quantize_row_int8_avx512(const float* x, int64_t k, int64_t gro
   }
 }
 
-// The unsigned integers u of a weight row (c = u - bias) and the scale and
-// minimum of each of its groups.
-// u: [k]; dw, mw: [k / G], element stride `stride` floats
-STRATA_VNNI inline void unpack_row(const WeightFormat& f, const uint8_t* row, int64_t k, uint8_t* u,
-                                   float* dw, float* mw, int64_t stride) {
-  const int64_t g_sz = f.group;
-  if (f.gguf) {
-    const int64_t gpb = f.groups_per_block();
-    float bd[16], bm[16];
-    for (int64_t b = 0; b < k / f.block_elems; ++b) {
-      gguf_unpack_block(f.dtype, row + b * f.block_bytes, u + b * f.block_elems, bd, bm);
-      for (int64_t g = 0; g < gpb; ++g) {
-        dw[(b * gpb + g) * stride] = bd[g];
-        mw[(b * gpb + g) * stride] = bm[g];
-      }
-    }
-    return;
-  }
-  const __m128i low4 = _mm_set1_epi8(0x0f);
-  const __m128i flip = _mm_set1_epi8(static_cast<char>(f.signed_q ? 0x80 : 0));
-  for (int64_t g = 0; g < k / g_sz; ++g) {
-    const uint8_t* block = row + g * f.block_bytes;
-    uint16_t d = 0, m = 0;
-    std::memcpy(&d, block, 2);
-    if (f.has_min) std::memcpy(&m, block + 2, 2);
-    const uint8_t* qs = block + f.qs_off;
-    dw[g * stride] = _cvtsh_ss(d);
-    mw[g * stride] = f.has_min ? _cvtsh_ss(m) : 0.0f;
-    uint8_t* ug = u + g * g_sz;
-    if (f.nibbles) {
-      // Element j: the low nibble of byte j (j < G/2), else the high nibble of byte j - G/2.
-      for (int64_t j = 0; j < g_sz / 2; j += 16) {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + j));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(ug + j), _mm_and_si128(v, low4));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(ug + g_sz / 2 + j),
-                         _mm_and_si128(_mm_srli_epi16(v, 4), low4));
-      }
-    } else {
-      for (int64_t j = 0; j < g_sz; j += 16) {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + j));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(ug + j), _mm_xor_si128(v, flip));
-      }
-    }
-  }
-}
-
 // Unpacks weight rows [j0, j0 + kTileRows) (rows past n are zero) into a
 // panel. Rows are read in order, whole (one sequential stream of the
 // weights), into u ([16][k] bytes, L1/L2), then transposed 64 elements at a
@@ -212,8 +166,8 @@ STRATA_VNNI void pack_panel(const WeightFormat& f, const void* w, size_t w_row_b
               static_cast<const char*>(w) + static_cast<size_t>(j + kPrefetchRows) * w_row_bytes;
           for (size_t o = 0; o < w_row_bytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T1);
         }
-        unpack_row(f, static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes, k, ur,
-                   dwp + v * 16 + r, mwp + v * 16 + r, 32);
+        unpack_row_x86(f, static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes, k,
+                       ur, dwp + v * 16 + r, mwp + v * 16 + r, 32, false);
       } else {
         std::memset(ur, 0, static_cast<size_t>(k));
         for (int64_t g = 0; g < ng; ++g) dwp[g * 32 + v * 16 + r] = mwp[g * 32 + v * 16 + r] = 0;

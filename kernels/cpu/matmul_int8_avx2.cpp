@@ -10,7 +10,6 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/int8_weight_format.h"
 #include "kernels/cpu/parallel.h"
-#include "quant/gguf_integers.h"
 
 namespace strata::cpu {
 
@@ -46,51 +45,6 @@ bool wide(const WeightFormat& f) {
 
 #if defined(__x86_64__)
 #define STRATA_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-// Weight row `row` (k values) into lane r of the strip buffer.
-STRATA_AVX2 void unpack_row(const WeightFormat& f, const uint8_t* row, int64_t k, uint8_t* v,
-                            float* dw, float* mw, int64_t r) {
-  const int64_t g_sz = f.group;
-  if (f.gguf) {
-    const int64_t gpb = f.groups_per_block();
-    float bd[16], bm[16];
-    for (int64_t b = 0; b < k / f.block_elems; ++b) {
-      gguf_unpack_block(f.dtype, row + b * f.block_bytes, v + b * f.block_elems, bd, bm);
-      for (int64_t g = 0; g < gpb; ++g) {
-        dw[(b * gpb + g) * kRows + r] = bd[g];
-        mw[(b * gpb + g) * kRows + r] = bm[g];
-      }
-    }
-    return;
-  }
-  const __m128i low4 = _mm_set1_epi8(0x0f);
-  // Q8S stores q = u - 128 already; Q8A stores u.
-  const __m128i flip = _mm_set1_epi8(static_cast<char>(f.signed_q ? 0 : 0x80));
-  for (int64_t g = 0; g < k / g_sz; ++g) {
-    const uint8_t* block = row + g * f.block_bytes;
-    uint16_t d = 0, m = 0;
-    std::memcpy(&d, block, 2);
-    if (f.has_min) std::memcpy(&m, block + 2, 2);
-    dw[g * kRows + r] = _cvtsh_ss(d);
-    mw[g * kRows + r] = f.has_min ? _cvtsh_ss(m) : 0.0f;
-    const uint8_t* qs = block + f.qs_off;
-    uint8_t* vg = v + g * g_sz;
-    if (f.nibbles) {
-      // Element j: the low nibble of byte j (j < G/2), else the high nibble of byte j - G/2.
-      for (int64_t j = 0; j < g_sz / 2; j += 16) {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + j));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(vg + j), _mm_and_si128(q, low4));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(vg + g_sz / 2 + j),
-                         _mm_and_si128(_mm_srli_epi16(q, 4), low4));
-      }
-    } else {
-      for (int64_t j = 0; j < g_sz; j += 16) {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + j));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(vg + j), _mm_xor_si128(q, flip));
-      }
-    }
-  }
-}
 
 // Products of bytes a (unsigned below 128, or signed when kWide) and b
 // (signed), pairs summed in 16 bits, then pairs of those in 32.
@@ -220,7 +174,8 @@ STRATA_AVX2 void strips(float* y, int64_t y_stride, const uint8_t* w, const Weig
     for (int64_t r = 0; r < kRows; ++r) {
       uint8_t* vr = v + r * sl.ldv;
       if (r < rows) {
-        unpack_row(f, w + static_cast<size_t>(j0 + r) * w_row_bytes, k, vr, dw, mw, r);
+        unpack_row_x86(f, w + static_cast<size_t>(j0 + r) * w_row_bytes, k, vr, dw + r, mw + r,
+                       kRows, wide(f));
       } else {
         std::memset(vr, 0, static_cast<size_t>(k));
         for (int64_t g = 0; g < ng; ++g) dw[g * kRows + r] = mw[g * kRows + r] = 0.0f;
