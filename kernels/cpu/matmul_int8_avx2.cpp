@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/int8_weight_format.h"
 #include "kernels/cpu/parallel.h"
@@ -48,17 +49,11 @@ bool wide(const WeightFormat& f) {
 
 // Products of bytes a (unsigned below 128, or signed when kWide) and b
 // (signed), pairs summed in 16 bits, then pairs of those in 32.
-template <bool kWide, typename V>
-STRATA_AVX2 inline V pair_dots(V a, V b) {
-  if constexpr (sizeof(V) == 32) {
-    const __m256i p = kWide ? _mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(b, a))
-                            : _mm256_maddubs_epi16(a, b);
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-  } else {
-    const __m128i p =
-        kWide ? _mm_maddubs_epi16(_mm_abs_epi8(a), _mm_sign_epi8(b, a)) : _mm_maddubs_epi16(a, b);
-    return _mm_madd_epi16(p, _mm_set1_epi16(1));
-  }
+template <bool kWide>
+STRATA_AVX2 inline __m256i pair_dots(__m256i a, __m256i b) {
+  const __m256i p = kWide ? _mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(b, a))
+                          : _mm256_maddubs_epi16(a, b);
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
 STRATA_AVX2 inline __m256i load32(const uint8_t* p) {
@@ -143,8 +138,6 @@ StripRowFn strip_row_for(int64_t group) {
       return strip_row<64, kWide>;
     case 128:
       return strip_row<128, kWide>;
-    case 256:
-      return strip_row<256, kWide>;
     default:
       return nullptr;
   }
@@ -161,6 +154,7 @@ STRATA_AVX2 void strips(float* y, int64_t y_stride, const uint8_t* w, const Weig
   auto* dw = reinterpret_cast<float*>(ws + sl.dw);
   auto* mw = reinterpret_cast<float*>(ws + sl.mw);
   const StripRowFn row_fn = wide(f) ? strip_row_for<true>(f.group) : strip_row_for<false>(f.group);
+  STRATA_ASSERT_MSG(row_fn != nullptr, "int8 AVX2 kernel: no tile for groups of {}", f.group);
   for (int64_t s = s0; s < s1; ++s) {
     const int64_t j0 = s * kRows;
     const int64_t rows = std::min(kRows, n - j0);
