@@ -74,7 +74,8 @@ for t in "${targets[@]}"; do
     ./build-fuzz/fuzz/fuzz_$t "$work" "fuzz/corpus/$t" "${limit[@]}" -timeout=1 -rss_limit_mb=4096 \
       -print_final_stats=1 -artifact_prefix="build-fuzz/findings/$t/" -jobs="$jobs" -workers="$jobs" \
       >"$log" 2>&1
-    cat fuzz-*.log >>"$log" 2>/dev/null
+    # libFuzzer copies each job's fuzz-N.log into its own output when the
+    # job ends: the log has every job's lines once.
     rm -f fuzz-*.log
   else
     ./build-fuzz/fuzz/fuzz_$t "$work" "fuzz/corpus/$t" "${limit[@]}" -timeout=1 -rss_limit_mb=4096 \
