@@ -79,6 +79,12 @@ struct MatrixView {
   size_t row_bytes = 0;
 };
 
+// One weight of Backend::matmul_parts, with its bias ([w.rows] or null).
+struct MatmulPart {
+  MatrixView w;
+  const float* bias = nullptr;
+};
+
 enum class ActFn : uint8_t { kRelu, kGelu, kGeluTanh, kSilu };
 // Which dims of a head RoPE rotates together: (i, i + rot_dim/2) or (2i, 2i+1).
 enum class RopePairs : uint8_t { kHalf, kInterleaved };
@@ -150,6 +156,20 @@ class Backend {
   // `compute` (f32 or bf16), f32 accumulation.
   virtual void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride,
                       const MatrixView& w, const float* bias, int64_t m, DType compute) = 0;
+
+  // Several weights against the same x (a layer's q, k and v; its gate and
+  // up), all with x's columns: part p's y[m, w_p.rows] in the columns after
+  // the earlier parts'. The results of one matmul per part, which is what
+  // this default does; a backend may run them as one op (the CPU does at
+  // decode sizes, one team of threads over the rows of all parts).
+  virtual void matmul_parts(float* y, int64_t y_stride, const float* x, int64_t x_stride,
+                            const MatmulPart* parts, size_t n_parts, int64_t m, DType compute) {
+    int64_t col = 0;
+    for (size_t i = 0; i < n_parts; ++i) {
+      matmul(y + col, y_stride, x, x_stride, parts[i].w, parts[i].bias, m, compute);
+      col += parts[i].w.rows;
+    }
+  }
 
   // y, x: [n_rows, d]; y may be x. w, b: [d] f32, may be null.
   virtual void rms_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride,

@@ -64,6 +64,8 @@ class CpuBackend final : public Backend {
 
   void matmul(float* y, int64_t y_stride, const float* x, int64_t x_stride, const MatrixView& w,
               const float* bias, int64_t m, DType compute) override;
+  void matmul_parts(float* y, int64_t y_stride, const float* x, int64_t x_stride,
+                    const MatmulPart* parts, size_t n_parts, int64_t m, DType compute) override;
   void rms_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* w,
                 float eps, int64_t n_rows, int64_t d) override;
   void layer_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride, const float* w,

@@ -519,10 +519,9 @@ Status run_matmul(MatmulCache::Impl& c, float* y, int64_t y_stride, const float*
 
 // The int8 compute type with quantized weights (kernels/cpu/matmul_int8.h).
 Status run_matmul_int8(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
-                       int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
-                       const float* bias, int64_t m, int64_t n, int64_t k) {
-  const int64_t group = matmul_int8_group(w_dtype);
-  const int n_threads = matmul_threads(m, n, k);
+                       int64_t x_stride, WeightParts parts, int64_t m, int64_t k) {
+  const int64_t group = matmul_int8_group(parts[0].dtype);
+  const int n_threads = matmul_threads(m, total_rows(parts), k);
   if (!c.int8_x.ensure(matmul_int8_x_bytes(m, k, group))) return Status::kOutOfMemory;
   if (static_cast<int>(c.threads.size()) < n_threads)
     c.threads.resize(static_cast<size_t>(n_threads));
@@ -532,30 +531,54 @@ Status run_matmul_int8(MatmulCache::Impl& c, float* y, int64_t y_stride, const f
     if (!ws.int8_panel.ensure(matmul_int8_panel_bytes(k, group))) return Status::kOutOfMemory;
     panels[static_cast<size_t>(i)] = ws.int8_panel.data();
   }
-  return matmul_int8(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k,
-                     c.int8_x.data(), panels.data(), n_threads);
+  return matmul_int8(y, y_stride, x, x_stride, parts, m, k, c.int8_x.data(), panels.data(),
+                     n_threads);
 }
 
 // bf16 at m <= kBf16DotMaxM: the fused dequantize + dot kernel
 // (kernels/cpu/matmul_bf16.h).
 Status run_matmul_bf16_dot(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
-                           int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
-                           const float* bias, int64_t m, int64_t n, int64_t k) {
-  const int n_threads = matmul_threads(m, n, k);
+                           int64_t x_stride, WeightParts parts, int64_t m, int64_t k) {
+  const int n_threads = matmul_threads(m, total_rows(parts), k);
   if (!c.dot_x.ensure(matmul_bf16_dot_ws_bytes(m, k))) return Status::kOutOfMemory;
-  return matmul_bf16_dot(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k,
-                         c.dot_x.data(), n_threads);
+  return matmul_bf16_dot(y, y_stride, x, x_stride, parts, m, k, c.dot_x.data(), n_threads);
 }
 
 // f32 (or bf16 without native products) at m <= kF32DotMaxM: the fused
 // widen + FMA kernel (kernels/cpu/matmul_f32_dot.h).
 Status run_matmul_f32_dot(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
-                          int64_t x_stride, const void* w, DType w_dtype, size_t w_row_bytes,
-                          const float* bias, int64_t m, int64_t n, int64_t k, bool round_bf16) {
-  const int n_threads = matmul_threads(m, n, k);
+                          int64_t x_stride, WeightParts parts, int64_t m, int64_t k,
+                          bool round_bf16) {
+  const int n_threads = matmul_threads(m, total_rows(parts), k);
   if (!c.dot_x.ensure(matmul_f32_dot_ws_bytes(m, k))) return Status::kOutOfMemory;
-  return matmul_f32_dot(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n, k,
-                        round_bf16, c.dot_x.data(), n_threads);
+  return matmul_f32_dot(y, y_stride, x, x_stride, parts, m, k, round_bf16, c.dot_x.data(),
+                        n_threads);
+}
+
+// The GEMM paths (oneDNN), one weight at a time.
+Status run_matmul_gemm(MatmulCache::Impl& c, float* y, int64_t y_stride, const float* x,
+                       int64_t x_stride, const WeightPart& p, int64_t m, int64_t k,
+                       ComputeType compute) {
+  try {
+    if (compute == ComputeType::kBF16 && !native_bf16_products()) {
+      if (!c.rounded_x.ensure(static_cast<size_t>(m * k) * sizeof(float))) {
+        return Status::kOutOfMemory;
+      }
+      auto* xr = reinterpret_cast<float*>(c.rounded_x.data());
+      for (int64_t i = 0; i < m; ++i) {
+        std::copy_n(x + i * x_stride, k, xr + i * k);
+        round_to_bf16(xr + i * k, k);
+      }
+      return run_matmul(c, y, y_stride, xr, k, p.w, p.dtype, p.row_bytes, p.bias, m, p.n, k,
+                        ComputeType::kF32, true);
+    }
+    return run_matmul(c, y, y_stride, x, x_stride, p.w, p.dtype, p.row_bytes, p.bias, m, p.n, k,
+                      compute);
+  } catch (const dnnl::error& e) {
+    return Status::kBackendError;
+  } catch (const std::bad_alloc&) {
+    return Status::kOutOfMemory;
+  }
 }
 
 }  // namespace
@@ -626,54 +649,71 @@ Status MatmulCache::reserve(int64_t max_m, int64_t n, int64_t k, ComputeType com
 Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, int64_t x_stride,
               const void* w, DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m,
               int64_t n, int64_t k, ComputeType compute) {
-  if (Status s =
-          op_args::matmul(y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, m, n, k, compute);
-      s != Status::kOk) {
-    return s;
+  const WeightPart part{w, w_dtype, w_row_bytes, bias, n};
+  return matmul_parts(cache, y, y_stride, x, x_stride, WeightParts(&part, 1), m, k, compute);
+}
+
+Status matmul_parts(MatmulCache& cache, float* y, int64_t y_stride, const float* x,
+                    int64_t x_stride, WeightParts parts, int64_t m, int64_t k,
+                    ComputeType compute) {
+  if (parts.empty() || parts.size() > kMaxWeightParts) return Status::kInvalidArgument;
+  int64_t col = 0;
+  bool one_dtype = true;
+  for (const WeightPart& p : parts) {
+    if (Status s = op_args::matmul(y + col, y_stride - col, x, x_stride, p.w, p.dtype, p.row_bytes,
+                                   m, p.n, k, compute);
+        s != Status::kOk) {
+      return s;
+    }
+    col += p.n;
+    one_dtype = one_dtype && p.dtype == parts[0].dtype;
   }
-  if (m == 0 || n == 0) return Status::kOk;
+  if (m == 0 || col == 0) return Status::kOk;
   if (k == 0) {
-    fill_bias(y, y_stride, bias, m, n);
+    col = 0;
+    for (const WeightPart& p : parts) {
+      fill_bias(y + col, y_stride, p.bias, m, p.n);
+      col += p.n;
+    }
     return Status::kOk;
   }
+  MatmulCache::Impl& c = cache.impl();
+  // The decode kernels take all parts in one call (a part of one dtype each
+  // otherwise); the GEMM paths one weight at a time.
+  if (!one_dtype) {
+    col = 0;
+    for (const WeightPart& p : parts) {
+      if (Status s = matmul_parts(cache, y + col, y_stride, x, x_stride, WeightParts(&p, 1), m, k,
+                                  compute);
+          s != Status::kOk) {
+        return s;
+      }
+      col += p.n;
+    }
+    return Status::kOk;
+  }
+  const DType w_dtype = parts[0].dtype;
   if (compute == ComputeType::kInt8) {
     // The integer path reads the quantized formats but Q8_K; others multiply in bf16.
-    if (matmul_int8_ok(w_dtype)) {
-      return run_matmul_int8(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias,
-                             m, n, k);
-    }
+    if (matmul_int8_ok(w_dtype)) return run_matmul_int8(c, y, y_stride, x, x_stride, parts, m, k);
     compute = ComputeType::kBF16;
   }
   if (compute == ComputeType::kBF16 && matmul_bf16_dot_ok(w_dtype, m)) {
-    return run_matmul_bf16_dot(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes,
-                               bias, m, n, k);
+    return run_matmul_bf16_dot(c, y, y_stride, x, x_stride, parts, m, k);
   }
   const bool bf16_in_f32 = compute == ComputeType::kBF16 && !native_bf16_products();
   if ((compute == ComputeType::kF32 || bf16_in_f32) && matmul_f32_dot_ok(m)) {
-    return run_matmul_f32_dot(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias,
-                              m, n, k, bf16_in_f32);
+    return run_matmul_f32_dot(c, y, y_stride, x, x_stride, parts, m, k, bf16_in_f32);
   }
-  try {
-    if (bf16_in_f32) {
-      MatmulCache::Impl& c = cache.impl();
-      if (!c.rounded_x.ensure(static_cast<size_t>(m * k) * sizeof(float))) {
-        return Status::kOutOfMemory;
-      }
-      auto* xr = reinterpret_cast<float*>(c.rounded_x.data());
-      for (int64_t i = 0; i < m; ++i) {
-        std::copy_n(x + i * x_stride, k, xr + i * k);
-        round_to_bf16(xr + i * k, k);
-      }
-      return run_matmul(c, y, y_stride, xr, k, w, w_dtype, w_row_bytes, bias, m, n, k,
-                        ComputeType::kF32, true);
+  col = 0;
+  for (const WeightPart& p : parts) {
+    if (Status s = run_matmul_gemm(c, y + col, y_stride, x, x_stride, p, m, k, compute);
+        s != Status::kOk) {
+      return s;
     }
-    return run_matmul(cache.impl(), y, y_stride, x, x_stride, w, w_dtype, w_row_bytes, bias, m, n,
-                      k, compute);
-  } catch (const dnnl::error& e) {
-    return Status::kBackendError;
-  } catch (const std::bad_alloc&) {
-    return Status::kOutOfMemory;
+    col += p.n;
   }
+  return Status::kOk;
 }
 
 }  // namespace strata::cpu

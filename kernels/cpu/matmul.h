@@ -26,6 +26,7 @@
 #include <memory>
 
 #include "core/dtype.h"
+#include "kernels/cpu/weight_parts.h"
 #include "kernels/status.h"
 
 namespace strata::cpu {
@@ -80,6 +81,14 @@ class MatmulCache {
 Status matmul(MatmulCache& cache, float* y, int64_t y_stride, const float* x, int64_t x_stride,
               const void* w, DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m,
               int64_t n, int64_t k, ComputeType compute);
+
+// Several weights against the same x in one call (kernels/cpu/weight_parts.h):
+// part p's products in y's columns from the sum of the earlier parts' n on,
+// each part's y, W and bias as in matmul. The same bits as one matmul per
+// part; the decode kernels split the rows of all parts over one team when
+// the parts share a dtype.
+Status matmul_parts(MatmulCache& cache, float* y, int64_t y_stride, const float* x,
+                    int64_t x_stride, WeightParts parts, int64_t m, int64_t k, ComputeType compute);
 
 // Scalar definition: W dequantized by quant's reference dequantizer, operands
 // rounded as `compute` says, products summed in double; kInt8 with W of a type

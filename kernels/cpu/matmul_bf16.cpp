@@ -1,6 +1,7 @@
 #include "kernels/cpu/matmul_bf16.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <type_traits>
 
@@ -414,49 +415,49 @@ size_t matmul_bf16_dot_ws_bytes(int64_t m, int64_t k) {
   return static_cast<size_t>(rows * round_up(k, kChunk) * 2);
 }
 
-Status matmul_bf16_dot(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
-                       DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
-                       int64_t k, void* ws, int n_threads) {
+Status matmul_bf16_dot(float* y, int64_t y_stride, const float* x, int64_t x_stride,
+                       WeightParts parts, int64_t m, int64_t k, void* ws, int n_threads) {
 #if defined(__x86_64__)
-  if (!matmul_bf16_dot_ok(w_dtype, m)) return Status::kUnsupported;
   const bool wide = m > kBf16DotNarrowM;
-  const DotFn fn = wide ? nullptr : dot_fn(w_dtype, m);
-  const WideDotFn wide_fn = wide ? wide_dot_fn(w_dtype, m) : nullptr;
-  if (fn == nullptr && wide_fn == nullptr) return Status::kUnsupported;
+  std::array<DotFn, kMaxWeightParts> fns{};
+  std::array<WideDotFn, kMaxWeightParts> wide_fns{};
+  if (parts.empty() || parts.size() > kMaxWeightParts) return Status::kInvalidArgument;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (!matmul_bf16_dot_ok(parts[i].dtype, m)) return Status::kUnsupported;
+    if (wide) {
+      wide_fns[i] = wide_dot_fn(parts[i].dtype, m);
+    } else {
+      fns[i] = dot_fn(parts[i].dtype, m);
+    }
+    if (fns[i] == nullptr && wide_fns[i] == nullptr) return Status::kUnsupported;
+  }
   const int64_t ldx = round_up(k, kChunk);
   auto* xb = static_cast<uint16_t*>(ws);
   for (int64_t i = 0; i < m; ++i) x_to_bf16(x + i * x_stride, k, xb + i * ldx, ldx);
-  if (wide) {
-    // Rows m .. wide_rows(m) - 1 are zero.
-    std::memset(xb + m * ldx, 0, static_cast<size_t>((wide_rows(m) - m) * ldx) * 2);
-    const int nt = static_cast<int>(std::min<int64_t>(n_threads, n));
-#pragma omp parallel num_threads(nt)
-    {
-      int64_t j0 = 0, j1 = 0;
-      split_range(n, omp_get_num_threads(), omp_get_thread_num(), &j0, &j1);
-      if (j1 > j0) {
-        wide_fn(y, y_stride, xb, ldx, static_cast<const uint8_t*>(w), w_row_bytes, bias, n, k, j0,
-                j1, m);
-      }
-    }
-    return Status::kOk;
-  }
-  // Pairs of weight rows split evenly over the threads.
-  const int64_t n_pairs = (n + 1) / 2;
-  const int nt = static_cast<int>(std::min<int64_t>(n_threads, n_pairs));
+  // Rows m .. wide_rows(m) - 1 are zero for the wide kernel. Units: single
+  // weight rows (wide) or pairs (narrow), split evenly over the threads.
+  if (wide) std::memset(xb + m * ldx, 0, static_cast<size_t>((wide_rows(m) - m) * ldx) * 2);
+  const int64_t unit = wide ? 1 : 2;
+  const int64_t n_units = count_units(parts, unit);
+  const int nt = static_cast<int>(std::min<int64_t>(n_threads, n_units));
 #pragma omp parallel num_threads(nt)
   {
-    int64_t p0 = 0, p1 = 0;
-    split_range(n_pairs, omp_get_num_threads(), omp_get_thread_num(), &p0, &p1);
-    if (p1 > p0) {
-      fn(y, y_stride, xb, ldx, static_cast<const uint8_t*>(w), w_row_bytes, bias, n, k, 2 * p0,
-         std::min(n, 2 * p1));
-    }
+    int64_t u0 = 0, u1 = 0;
+    split_range(n_units, omp_get_num_threads(), omp_get_thread_num(), &u0, &u1);
+    for_unit_rows(parts, unit, u0, u1, [&](size_t i, int64_t col, int64_t j0, int64_t j1) {
+      const WeightPart& p = parts[i];
+      const auto* w = static_cast<const uint8_t*>(p.w);
+      if (wide) {
+        wide_fns[i](y + col, y_stride, xb, ldx, w, p.row_bytes, p.bias, p.n, k, j0, j1, m);
+      } else {
+        fns[i](y + col, y_stride, xb, ldx, w, p.row_bytes, p.bias, p.n, k, j0, j1);
+      }
+    });
   }
   return Status::kOk;
 #else
-  (void)y, (void)y_stride, (void)x, (void)x_stride, (void)w, (void)w_dtype, (void)w_row_bytes,
-      (void)bias, (void)m, (void)n, (void)k, (void)ws, (void)n_threads;
+  (void)y, (void)y_stride, (void)x, (void)x_stride, (void)parts, (void)m, (void)k, (void)ws,
+      (void)n_threads;
   return Status::kUnsupported;
 #endif
 }

@@ -300,9 +300,9 @@ size_t matmul_f32_dot_ws_bytes(int64_t m, int64_t k) {
   return static_cast<size_t>(m * round_up(k, kLanes)) * sizeof(float);
 }
 
-Status matmul_f32_dot(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
-                      DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
-                      int64_t k, bool round_bf16_, void* ws, int n_threads) {
+Status matmul_f32_dot(float* y, int64_t y_stride, const float* x, int64_t x_stride,
+                      WeightParts parts, int64_t m, int64_t k, bool round_bf16_, void* ws,
+                      int n_threads) {
 #if defined(__x86_64__)
   if (!matmul_f32_dot_ok(m)) return Status::kUnsupported;
   const int64_t ldx = round_up(k, kLanes);
@@ -312,19 +312,22 @@ Status matmul_f32_dot(float* y, int64_t y_stride, const float* x, int64_t x_stri
     std::fill(xw + i * ldx + k, xw + (i + 1) * ldx, 0.0f);
     if (round_bf16_) round_bf16(xw + i * ldx, ldx);
   }
-  const int64_t n_strips = (n + kR - 1) / kR;
+  const int64_t n_strips = count_units(parts, kR);
   const int nt = static_cast<int>(std::min<int64_t>(n_threads, n_strips));
 #pragma omp parallel num_threads(nt)
   {
     int64_t s0 = 0, s1 = 0;
     split_range(n_strips, omp_get_num_threads(), omp_get_thread_num(), &s0, &s1);
-    strips(y, y_stride, xw, ldx, static_cast<const uint8_t*>(w), w_dtype, w_row_bytes, bias, m, n,
-           k, round_bf16_, s0, s1);
+    for_unit_rows(parts, kR, s0, s1, [&](size_t i, int64_t col, int64_t j0, int64_t j1) {
+      const WeightPart& p = parts[i];
+      strips(y + col, y_stride, xw, ldx, static_cast<const uint8_t*>(p.w), p.dtype, p.row_bytes,
+             p.bias, m, p.n, k, round_bf16_, j0 / kR, (j1 + kR - 1) / kR);
+    });
   }
   return Status::kOk;
 #else
-  (void)y, (void)y_stride, (void)x, (void)x_stride, (void)w, (void)w_dtype, (void)w_row_bytes,
-      (void)bias, (void)m, (void)n, (void)k, (void)round_bf16_, (void)ws, (void)n_threads;
+  (void)y, (void)y_stride, (void)x, (void)x_stride, (void)parts, (void)m, (void)k,
+      (void)round_bf16_, (void)ws, (void)n_threads;
   return Status::kUnsupported;
 #endif
 }

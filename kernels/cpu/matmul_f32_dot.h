@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cpu/weight_parts.h"
 #include "kernels/status.h"
 
 namespace strata::cpu {
@@ -42,12 +43,13 @@ bool matmul_f32_dot_ok(int64_t m);
 // rounded to bf16 when asked).
 size_t matmul_f32_dot_ws_bytes(int64_t m, int64_t k);
 
-// y: [m, n] f32 (row stride y_stride); x: [m, k] f32 (row stride x_stride);
-// w: [n, k] in w_dtype, rows w_row_bytes apart; bias: [n] or null;
-// round_bf16: the kBF16 arithmetic above; ws: matmul_f32_dot_ws_bytes(m, k)
-// bytes, 32-byte aligned. Arguments are checked by matmul.
-Status matmul_f32_dot(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
-                      DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
-                      int64_t k, bool round_bf16, void* ws, int n_threads);
+// y: [m, sum of the parts' n] f32 (row stride y_stride), each part's
+// columns after the previous part's (weight_parts.h); x: [m, k] f32 (row
+// stride x_stride); each part's W: [n, k] in its dtype; round_bf16: the kBF16
+// arithmetic above; ws: matmul_f32_dot_ws_bytes(m, k) bytes, 32-byte aligned.
+// Arguments are checked by matmul.
+Status matmul_f32_dot(float* y, int64_t y_stride, const float* x, int64_t x_stride,
+                      WeightParts parts, int64_t m, int64_t k, bool round_bf16, void* ws,
+                      int n_threads);
 
 }  // namespace strata::cpu

@@ -55,42 +55,47 @@ void group_dots(const uint8_t* u, const int8_t* q, int64_t k, int64_t group, int
   }
 }
 
-void matmul_int8_portable(float* y, int64_t y_stride, const void* w, const WeightFormat& f,
-                          size_t w_row_bytes, const float* bias, int64_t m, int64_t n, int64_t k,
-                          const int8_t* qx, const float* dx, const int32_t* sums, int n_threads) {
+void matmul_int8_portable(float* y, int64_t y_stride, const WeightFormat& f, WeightParts parts,
+                          int64_t m, int64_t k, const int8_t* qx, const float* dx,
+                          const int32_t* sums, int n_threads) {
   const int64_t g_sz = f.group;
   const int64_t ng = k / g_sz;
+  const int64_t n = total_rows(parts);
 #pragma omp parallel num_threads(n_threads)
   {
     std::vector<uint8_t> u(static_cast<size_t>(k));
     std::vector<float> dw(static_cast<size_t>(ng)), mw(static_cast<size_t>(ng));
     std::vector<int32_t> sg(static_cast<size_t>(ng));
-#pragma omp for schedule(static)
-    for (int64_t j = 0; j < n; ++j) {
-      const auto* row = static_cast<const uint8_t*>(w) + static_cast<size_t>(j) * w_row_bytes;
-      const int64_t gpb = f.groups_per_block();
-      for (int64_t b = 0; b < k / f.block_elems; ++b) {
-        unpack_block(f, row + b * f.block_bytes, u.data() + b * f.block_elems, dw.data() + b * gpb,
-                     mw.data() + b * gpb);
-      }
-      for (int64_t i = 0; i < m; ++i) {
-        group_dots(u.data(), qx + i * k, k, g_sz, sg.data());
-        float acc = 0.0f;
-        for (int64_t g = 0; g < ng; ++g) {
-          const int32_t s = sg[static_cast<size_t>(g)];
-          const int32_t t = sums[i * ng + g];
-          float fv;
-          if (f.has_min) {
-            fv = static_cast<float>(s) * dw[static_cast<size_t>(g)];
-            fv = std::fmaf(mw[static_cast<size_t>(g)], static_cast<float>(t), fv);
-          } else {
-            fv = static_cast<float>(s - f.bias * t) * dw[static_cast<size_t>(g)];
-          }
-          acc = std::fmaf(fv, dx[i * ng + g], acc);
+    int64_t r0 = 0, r1 = 0;
+    split_range(n, omp_get_num_threads(), omp_get_thread_num(), &r0, &r1);
+    for_unit_rows(parts, 1, r0, r1, [&](size_t pi, int64_t col, int64_t j0, int64_t j1) {
+      const WeightPart& p = parts[pi];
+      for (int64_t j = j0; j < j1; ++j) {
+        const auto* row = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(j) * p.row_bytes;
+        const int64_t gpb = f.groups_per_block();
+        for (int64_t b = 0; b < k / f.block_elems; ++b) {
+          unpack_block(f, row + b * f.block_bytes, u.data() + b * f.block_elems,
+                       dw.data() + b * gpb, mw.data() + b * gpb);
         }
-        y[i * y_stride + j] = bias != nullptr ? acc + bias[j] : acc;
+        for (int64_t i = 0; i < m; ++i) {
+          group_dots(u.data(), qx + i * k, k, g_sz, sg.data());
+          float acc = 0.0f;
+          for (int64_t g = 0; g < ng; ++g) {
+            const int32_t s = sg[static_cast<size_t>(g)];
+            const int32_t t = sums[i * ng + g];
+            float fv;
+            if (f.has_min) {
+              fv = static_cast<float>(s) * dw[static_cast<size_t>(g)];
+              fv = std::fmaf(mw[static_cast<size_t>(g)], static_cast<float>(t), fv);
+            } else {
+              fv = static_cast<float>(s - f.bias * t) * dw[static_cast<size_t>(g)];
+            }
+            acc = std::fmaf(fv, dx[i * ng + g], acc);
+          }
+          y[i * y_stride + col + j] = p.bias != nullptr ? acc + p.bias[j] : acc;
+        }
       }
-    }
+    });
   }
 }
 
@@ -403,6 +408,23 @@ const TileFn* tiles_for(int64_t group, bool asym) {
   return asym ? kTiles<128, true> : kTiles<128, false>;
 }
 
+// Weight rows [j0, j0 + kTileRows) of one weight (rows past n zero) into the
+// panel, with the fastest packer that takes them.
+void pack_tile(const WeightFormat& f, const void* w, size_t w_row_bytes, int64_t j0, int64_t n,
+               int64_t k, const PanelLayout& pl, char* panel) {
+  const bool full = j0 + kTileRows <= n;
+  const bool gather_ok = w_row_bytes * 16 < (size_t{1} << 31);
+  if (full && gather_ok && (f.dtype == DType::kQ4_K || f.dtype == DType::kQ5_K)) {
+    pack_panel_kquant(f, w, w_row_bytes, j0, k, pl, panel);
+  } else if (full && gather_ok && f.dtype == DType::kQ6_K) {
+    pack_panel_q6_k(w, w_row_bytes, j0, k, pl, panel);
+  } else if (full && gather_ok && (!f.gguf || f.qh_off >= 0)) {
+    pack_panel_full(f, w, w_row_bytes, j0, n, k, pl, panel);
+  } else {
+    pack_panel(f, w, w_row_bytes, j0, n, k, pl, panel, reinterpret_cast<uint8_t*>(panel + pl.u));
+  }
+}
+
 #pragma GCC diagnostic pop
 #endif  // __x86_64__
 
@@ -445,9 +467,13 @@ size_t matmul_int8_panel_bytes(int64_t k, int64_t group) {
   return std::max(panel_layout(k, group).bytes, matmul_int8_avx2_ws_bytes(k, group));
 }
 
-Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
-                   DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
-                   int64_t k, void* x_ws, void* const* panels, int n_threads) {
+Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride, WeightParts parts,
+                   int64_t m, int64_t k, void* x_ws, void* const* panels, int n_threads) {
+  if (parts.empty()) return Status::kInvalidArgument;
+  const DType w_dtype = parts[0].dtype;
+  for (const WeightPart& p : parts) {
+    if (p.dtype != w_dtype) return Status::kInvalidArgument;  // one quantization of x
+  }
   if (!matmul_int8_ok(w_dtype)) return Status::kUnsupported;
   const WeightFormat f = weight_format(w_dtype);
   const int64_t g_sz = f.group;
@@ -470,17 +496,16 @@ Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride,
       quantize_row_int8_ref(x + i * x_stride, k, g_sz, qx + i * k, dx + i * ng, bt + i * ng);
     }
     if (matmul_int8_avx2_ok()) {
-      matmul_int8_avx2(y, y_stride, w, f, w_row_bytes, bias, m, n, k, qx, dx, bt, panels,
-                       n_threads);
+      matmul_int8_avx2(y, y_stride, f, parts, m, k, qx, dx, bt, panels, n_threads);
     } else {
-      matmul_int8_portable(y, y_stride, w, f, w_row_bytes, bias, m, n, k, qx, dx, bt, n_threads);
+      matmul_int8_portable(y, y_stride, f, parts, m, k, qx, dx, bt, n_threads);
     }
     return Status::kOk;
   }
 #if defined(__x86_64__)
   const PanelLayout pl = panel_layout(k, g_sz);
   const TileFn* tiles = tiles_for(g_sz, f.has_min);
-  const int64_t n_tiles = (n + kTileRows - 1) / kTileRows;
+  const int64_t n_tiles = count_units(parts, kTileRows);
   const int64_t n_mchunks = (m + kMChunk - 1) / kMChunk;
   const int64_t n_units = n_tiles * n_mchunks;
   const int nt = static_cast<int>(std::min<int64_t>(n_threads, n_units));
@@ -500,32 +525,24 @@ Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride,
     char* panel = static_cast<char*>(panels[tid]);
     int64_t u0 = 0, u1 = 0;
     split_range(n_units, omp_get_num_threads(), tid, &u0, &u1);
-    int64_t packed = -1;
+    int64_t packed = -1;  // the tile (of all parts) now in the panel
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t mc = u / n_tiles, tile = u % n_tiles;
-      const int64_t j0 = tile * kTileRows;
-      if (packed != tile) {
-        const bool full = j0 + kTileRows <= n;
-        const bool gather_ok = w_row_bytes * 16 < (size_t{1} << 31);
-        if (full && gather_ok && (f.dtype == DType::kQ4_K || f.dtype == DType::kQ5_K)) {
-          pack_panel_kquant(f, w, w_row_bytes, j0, k, pl, panel);
-        } else if (full && gather_ok && f.dtype == DType::kQ6_K) {
-          pack_panel_q6_k(w, w_row_bytes, j0, k, pl, panel);
-        } else if (full && gather_ok && (!f.gguf || f.qh_off >= 0)) {
-          pack_panel_full(f, w, w_row_bytes, j0, n, k, pl, panel);
-        } else {
-          pack_panel(f, w, w_row_bytes, j0, n, k, pl, panel,
-                     reinterpret_cast<uint8_t*>(panel + pl.u));
-        }
-        packed = tile;
-      }
-      const int64_t nn = std::min(kTileRows, n - j0);
-      const int64_t i_end = std::min(m, (mc + 1) * kMChunk);
-      for (int64_t i0 = mc * kMChunk; i0 < i_end; i0 += kMaxMr) {
-        const int64_t mr = std::min(kMaxMr, i_end - i0);
-        tiles[mr](panel, pl, k, ng, qx + i0 * k, dx + i0 * ng, bt + i0 * ng, tf + i0 * ng,
-                  y + i0 * y_stride + j0, y_stride, nn, bias != nullptr ? bias + j0 : nullptr);
-      }
+      for_unit_rows(parts, kTileRows, tile, tile + 1,
+                    [&](size_t pi, int64_t col, int64_t j0, int64_t j1) {
+                      const WeightPart& p = parts[pi];
+                      if (packed != tile) {
+                        pack_tile(f, p.w, p.row_bytes, j0, p.n, k, pl, panel);
+                        packed = tile;
+                      }
+                      const int64_t i_end = std::min(m, (mc + 1) * kMChunk);
+                      for (int64_t i0 = mc * kMChunk; i0 < i_end; i0 += kMaxMr) {
+                        const int64_t mr = std::min(kMaxMr, i_end - i0);
+                        tiles[mr](panel, pl, k, ng, qx + i0 * k, dx + i0 * ng, bt + i0 * ng,
+                                  tf + i0 * ng, y + i0 * y_stride + col + j0, y_stride, j1 - j0,
+                                  p.bias != nullptr ? p.bias + j0 : nullptr);
+                      }
+                    });
     }
   }
 #endif

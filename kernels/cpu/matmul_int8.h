@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cpu/weight_parts.h"
 #include "kernels/status.h"
 
 namespace strata::cpu {
@@ -70,14 +71,15 @@ bool matmul_int8_native();
 size_t matmul_int8_x_bytes(int64_t m, int64_t k, int64_t group);
 size_t matmul_int8_panel_bytes(int64_t k, int64_t group);
 
-// y: [m, n] f32 (row stride y_stride); x: [m, k] f32 (row stride x_stride);
-// w: [n, k] quantized, rows w_row_bytes apart; bias: [n] or null.
-// x_ws: matmul_int8_x_bytes(m, k, G) bytes, 64-byte aligned;
-// panels: n_threads buffers of matmul_int8_panel_bytes(k, G), 64-byte aligned.
-// Arguments are checked by matmul (kernels/cpu/matmul.h).
-Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride, const void* w,
-                   DType w_dtype, size_t w_row_bytes, const float* bias, int64_t m, int64_t n,
-                   int64_t k, void* x_ws, void* const* panels, int n_threads);
+// y: [m, sum of the parts' n] f32 (row stride y_stride), each part's
+// columns after the previous part's (weight_parts.h); x: [m, k] f32 (row
+// stride x_stride); each part's W: [n, k] quantized, all parts in one dtype
+// (x is quantized once for its groups). x_ws: matmul_int8_x_bytes(m, k, G)
+// bytes, 64-byte aligned; panels: n_threads buffers of
+// matmul_int8_panel_bytes(k, G), 64-byte aligned. Arguments are checked by
+// matmul (kernels/cpu/matmul.h).
+Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride, WeightParts parts,
+                   int64_t m, int64_t k, void* x_ws, void* const* panels, int n_threads);
 
 // The definition in scalar code: quantize_row_int8_ref, exact integer group
 // sums, the sum over groups in double.

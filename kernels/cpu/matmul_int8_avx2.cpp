@@ -204,24 +204,26 @@ size_t matmul_int8_avx2_ws_bytes(int64_t k, int64_t group) {
   return strip_layout(k, group).bytes;
 }
 
-void matmul_int8_avx2(float* y, int64_t y_stride, const void* w, const WeightFormat& f,
-                      size_t w_row_bytes, const float* bias, int64_t m, int64_t n, int64_t k,
-                      const int8_t* qx, const float* dx, const int32_t* t, void* const* ws,
-                      int n_threads) {
+void matmul_int8_avx2(float* y, int64_t y_stride, const WeightFormat& f, WeightParts parts,
+                      int64_t m, int64_t k, const int8_t* qx, const float* dx, const int32_t* t,
+                      void* const* ws, int n_threads) {
 #if defined(__x86_64__)
-  const int64_t n_strips = (n + kRows - 1) / kRows;
+  const int64_t n_strips = count_units(parts, kRows);
   const int nt = static_cast<int>(std::min<int64_t>(n_threads, n_strips));
 #pragma omp parallel num_threads(nt)
   {
     int64_t s0 = 0, s1 = 0;
     const int tid = omp_get_thread_num();
     split_range(n_strips, omp_get_num_threads(), tid, &s0, &s1);
-    strips(y, y_stride, static_cast<const uint8_t*>(w), f, w_row_bytes, bias, m, n, k, qx, dx, t,
-           static_cast<char*>(ws[tid]), s0, s1);
+    for_unit_rows(parts, kRows, s0, s1, [&](size_t i, int64_t col, int64_t j0, int64_t j1) {
+      const WeightPart& p = parts[i];
+      strips(y + col, y_stride, static_cast<const uint8_t*>(p.w), f, p.row_bytes, p.bias, m, p.n, k,
+             qx, dx, t, static_cast<char*>(ws[tid]), j0 / kRows, (j1 + kRows - 1) / kRows);
+    });
   }
 #else
-  (void)y, (void)y_stride, (void)w, (void)f, (void)w_row_bytes, (void)bias, (void)m, (void)n,
-      (void)k, (void)qx, (void)dx, (void)t, (void)ws, (void)n_threads;
+  (void)y, (void)y_stride, (void)f, (void)parts, (void)m, (void)k, (void)qx, (void)dx, (void)t,
+      (void)ws, (void)n_threads;
 #endif
 }
 

@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/weight_parts.h"
+
 namespace strata::cpu {
 
 struct WeightFormat;
@@ -32,13 +34,13 @@ bool matmul_int8_avx2_ok();
 // Bytes of one thread's workspace for rows of k values in groups of `group`.
 size_t matmul_int8_avx2_ws_bytes(int64_t k, int64_t group);
 
-// y: [m, n] f32, row stride y_stride; w: [n, k] in format f, rows
-// w_row_bytes apart; bias: [n] or null; qx, dx, t: x quantized by
-// quantize_row_int8 ([m, k], [m, k / G], [m, k / G]: t the plain sums);
-// ws: n_threads buffers of matmul_int8_avx2_ws_bytes(k, G), 32-byte aligned.
-void matmul_int8_avx2(float* y, int64_t y_stride, const void* w, const WeightFormat& f,
-                      size_t w_row_bytes, const float* bias, int64_t m, int64_t n, int64_t k,
-                      const int8_t* qx, const float* dx, const int32_t* t, void* const* ws,
-                      int n_threads);
+// y: [m, sum of the parts' n] f32, row stride y_stride, each part's columns
+// after the previous part's; each part's W: [n, k] in format f; qx, dx, t: x
+// quantized by quantize_row_int8 ([m, k], [m, k / G], [m, k / G]: t the plain
+// sums); ws: n_threads buffers of matmul_int8_avx2_ws_bytes(k, G), 32-byte
+// aligned.
+void matmul_int8_avx2(float* y, int64_t y_stride, const WeightFormat& f, WeightParts parts,
+                      int64_t m, int64_t k, const int8_t* qx, const float* dx, const int32_t* t,
+                      void* const* ws, int n_threads);
 
 }  // namespace strata::cpu

@@ -279,12 +279,11 @@ void Forward::layer_qkv(const LayerWeights& w, const MicroBatch& mb, const float
   const int64_t n = mb.n_tokens;
   const int64_t E = c_.n_embd;
   float* q = qkv;
-  float* k = qkv + q_dim_;
-  float* v = qkv + q_dim_ + kv_dim_;
+  float* k = qkv + q_dim_;  // v after k: [q | k | v] in a row of qkv
+  STRATA_ASSERT(w.q.rows == q_dim_ && w.k.rows == kv_dim_ && w.v.rows == kv_dim_);
   norm(normed_, hidden, w.attn_norm, w.attn_norm_b, n);
-  be_.matmul(q, qkv_dim_, normed_, E, w.q, w.q_bias, n, compute_);
-  be_.matmul(k, qkv_dim_, normed_, E, w.k, w.k_bias, n, compute_);
-  be_.matmul(v, qkv_dim_, normed_, E, w.v, w.v_bias, n, compute_);
+  const MatmulPart qkv_parts[] = {{w.q, w.q_bias}, {w.k, w.k_bias}, {w.v, w.v_bias}};
+  be_.matmul_parts(qkv, qkv_dim_, normed_, E, qkv_parts, 3, n, compute_);
   if (rot_dim_ > 0) {
     be_.rope(q, qkv_dim_, c_.n_head, k, qkv_dim_, c_.n_kv_head, c_.head_dim, mb.positions, n,
              inv_freq_.as<float>(), rot_dim_, pairs_);
@@ -302,8 +301,8 @@ void Forward::layer_out(const LayerWeights& w, const MicroBatch& mb, const float
   // MLP block.
   norm(normed_, hidden, w.ffn_norm, w.ffn_norm_b, n);
   if (c_.gated_ffn) {
-    be_.matmul(ffn_, 2 * F, normed_, E, w.gate, nullptr, n, compute_);
-    be_.matmul(ffn_ + F, 2 * F, normed_, E, w.up, w.up_bias, n, compute_);
+    const MatmulPart gate_up[] = {{w.gate, nullptr}, {w.up, w.up_bias}};
+    be_.matmul_parts(ffn_, 2 * F, normed_, E, gate_up, 2, n, compute_);
     be_.swiglu(ffn_, 2 * F, ffn_, 2 * F, ffn_ + F, 2 * F, n, F);
   } else {
     be_.matmul(ffn_, 2 * F, normed_, E, w.up, w.up_bias, n, compute_);

@@ -378,6 +378,48 @@ TEST_P(BackendOps, Matmul) {
   }
 }
 
+// Several weights in one call: the bits of one matmul per weight, in the
+// columns after each other (decode sizes, which the CPU runs as one op, and
+// a prefill size).
+TEST_P(BackendOps, MatmulParts) {
+  const int64_t k = 64, rows[] = {37, 13, 13}, n = 63, ld = n + 2;
+  uint32_t seed = 500;
+  for (const DType compute : {DType::kF32, DType::kBF16}) {
+    for (const DType wt : {DType::kF16, DType::kQ4A32}) {
+      for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{40}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "compute " << dtype_name(compute) << " w " << dtype_name(wt) << " m=" << m);
+        const size_t rb = row_bytes(wt, k);
+        std::vector<DeviceBuffer> wd, bd;
+        MatmulPart parts[3];
+        for (int p = 0; p < 3; ++p) {
+          const auto w32 =
+              test::random_floats(static_cast<size_t>(rows[p] * k), -1.0f, 1.0f, seed++);
+          std::vector<uint8_t> w(rb * static_cast<size_t>(rows[p]));
+          for (int64_t r = 0; r < rows[p]; ++r)
+            encode_row(wt, w32.data() + r * k, w.data() + r * rb, k);
+          wd.push_back(up(w));
+          bd.push_back(up(test::random_floats(static_cast<size_t>(rows[p]), -0.5f, 0.5f, seed++)));
+          parts[p] = {MatrixView{wd.back().data(), wt, rows[p], k, rb},
+                      p == 1 ? nullptr : bd.back().as<float>()};
+        }
+        DeviceBuffer xd = up(test::random_floats(static_cast<size_t>(m * k), -1.0f, 1.0f, seed++));
+        DeviceBuffer fused = up(std::vector<float>(static_cast<size_t>(m * ld), -3.0f));
+        DeviceBuffer single = up(std::vector<float>(static_cast<size_t>(m * ld), -3.0f));
+        be_->matmul_parts(fused.as<float>(), ld, xd.as<float>(), k, parts, 3, m, compute);
+        int64_t col = 0;
+        for (const MatmulPart& p : parts) {
+          be_->matmul(single.as<float>() + col, ld, xd.as<float>(), k, p.w, p.bias, m, compute);
+          col += p.w.rows;
+        }
+        const auto a = down<float>(fused, static_cast<size_t>(m * ld));
+        const auto b = down<float>(single, static_cast<size_t>(m * ld));
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+      }
+    }
+  }
+}
+
 // KV pages through the backend's own pool (kv/page_pool.h): kv_append
 // writes them, attention reads them; the reference reads the same pages
 // copied back.

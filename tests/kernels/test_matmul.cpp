@@ -38,41 +38,12 @@ struct Case {
   int64_t y_pad;  // extra floats per y row
 };
 
-// W rows stored as t from random values.
-std::vector<char> make_w(DType t, int64_t n, int64_t k, size_t row_stride, uint32_t seed) {
-  const auto vals = test::random_floats(static_cast<size_t>(n * k), -1.0f, 1.0f, seed);
-  std::vector<char> w(row_stride * static_cast<size_t>(n), 0x5a);
-  for (int64_t j = 0; j < n; ++j) {
-    const float* src = vals.data() + j * k;
-    char* dst = w.data() + static_cast<size_t>(j) * row_stride;
-    switch (t) {
-      case DType::kF32:
-        std::memcpy(dst, src, static_cast<size_t>(k) * 4);
-        break;
-      case DType::kF16:
-        f32_to_f16_row(src, reinterpret_cast<uint16_t*>(dst), k);
-        break;
-      case DType::kBF16:
-        f32_to_bf16_row(src, reinterpret_cast<uint16_t*>(dst), k);
-        break;
-      default:
-        if (dtype_info(t).dequant_only) {
-          test::random_gguf_row(t, dst, k, seed + static_cast<uint32_t>(j));
-        } else {
-          quantize_row_ref(t, src, dst, k);
-        }
-        break;
-    }
-  }
-  return w;
-}
-
 void run_case(MatmulCache& cache, DType t, ComputeType c, const Case& cs, uint32_t seed) {
   SCOPED_TRACE(::testing::Message() << dtype_name(t) << (c == ComputeType::kBF16 ? " bf16" : " f32")
                                     << " m=" << cs.m << " n=" << cs.n << " k=" << cs.k
                                     << " bias=" << cs.bias << " threads=" << omp_get_max_threads());
   const size_t w_stride = row_bytes(t, cs.k) + cs.w_pad;
-  const auto w = make_w(t, cs.n, cs.k, w_stride, seed);
+  const auto w = test::random_weights(t, cs.n, cs.k, w_stride, seed);
   const auto x = test::random_floats(static_cast<size_t>(cs.m * cs.k), -1.0f, 1.0f, seed + 1);
   const auto bias = test::random_floats(static_cast<size_t>(cs.n), -1.0f, 1.0f, seed + 2);
   test::check_matmul(cache, c, w.data(), t, w_stride, x, cs.bias ? &bias : nullptr, cs.m, cs.n,
@@ -177,7 +148,7 @@ TEST_P(MatmulTest, DotKernelRowsHaveTheSameBitsInEveryBatch) {
        {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4A32, DType::kQ8S32, DType::kQ6_K}) {
     const int64_t k = is_quantized(t) ? 2 * dtype_info(t).block_elems : 96, n = 21;
     const size_t w_stride = row_bytes(t, k);
-    const auto w = make_w(t, n, k, w_stride, seed);
+    const auto w = test::random_weights(t, n, k, w_stride, seed);
     const auto x = test::random_floats(static_cast<size_t>(max_m * k), -1.0f, 1.0f, seed + 1);
     const auto bias = test::random_floats(static_cast<size_t>(n), -1.0f, 1.0f, seed + 2);
     std::vector<float> all(static_cast<size_t>(max_m * n));
@@ -243,7 +214,7 @@ TEST(MatmulBf16, WithinOperandRoundingOfF32) {
   MatmulCache cache;
   for (DType t : {DType::kF32, kQ4_1}) {
     const int64_t m = 19, n = 77, k = 320;
-    const auto w = make_w(t, n, k, row_bytes(t, k), 61);
+    const auto w = test::random_weights(t, n, k, row_bytes(t, k), 61);
     const auto x = test::random_floats(static_cast<size_t>(m * k), -2, 2, 62);
     std::vector<float> y(static_cast<size_t>(m * n)), y_ref(y.size()),
         wf(static_cast<size_t>(n * k));
@@ -283,7 +254,7 @@ TEST_P(MatmulTest, NonFiniteInputStaysInItsRow) {
   MatmulCache cache;
   for (int64_t m : {4, 20}) {
     const int64_t n = 37, k = 64;
-    const auto w = make_w(kQ8_0, n, k, row_bytes(kQ8_0, k), 7);
+    const auto w = test::random_weights(kQ8_0, n, k, row_bytes(kQ8_0, k), 7);
     auto xv = test::random_floats(static_cast<size_t>(m * k), -1.0f, 1.0f, 8);
     xv[static_cast<size_t>(1 * k + 5)] = NAN;
     xv[static_cast<size_t>(3 * k + 9)] = INFINITY;
@@ -322,7 +293,7 @@ TEST_P(MatmulTest, CallableFromParallelRegion) {
     const int t = omp_get_thread_num();
     MatmulCache cache;
     const int64_t m = t == 0 ? 5 : 40, n = 70, k = 64;
-    const auto w = make_w(kQ8_0, n, k, row_bytes(kQ8_0, k), 30 + t);
+    const auto w = test::random_weights(kQ8_0, n, k, row_bytes(kQ8_0, k), 30 + t);
     const auto x = test::random_floats(static_cast<size_t>(m * k), -1, 1, 40 + t);
     std::vector<float> y(static_cast<size_t>(m * n)), y_ref(y.size());
     const Status s1 = matmul(cache, y.data(), n, x.data(), k, w.data(), kQ8_0, row_bytes(kQ8_0, k),
@@ -350,7 +321,7 @@ TEST_P(MatmulTest, SteadyStateAllocatesNothing) {
   const size_t reserved = cache.workspace_bytes();
   EXPECT_GT(reserved, 0u);
   const int64_t n = 576, k = 576;
-  const auto w = make_w(kQ4_1, n, k, row_bytes(kQ4_1, k), 1);
+  const auto w = test::random_weights(kQ4_1, n, k, row_bytes(kQ4_1, k), 1);
   const auto x = test::random_floats(static_cast<size_t>(100 * k), -1, 1, 2);
   std::vector<float> y(static_cast<size_t>(100 * n));
   for (int64_t m : {1, 7, 32, 100}) {

@@ -27,6 +27,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_int8.h"
+#include "kernels/matmul_check.h"
 #include "quant/gguf_integers.h"
 #include "quant/quant.h"
 #include "quant/quant_ref.h"
@@ -108,21 +109,6 @@ RowInts row_ints(DType t, const void* row, int64_t k) {
   return r;
 }
 
-std::vector<char> make_w(DType t, int64_t n, int64_t k, size_t stride, uint32_t seed,
-                         float lo = -1.0f, float hi = 1.0f) {
-  const auto vals = test::random_floats(static_cast<size_t>(n * k), lo, hi, seed);
-  std::vector<char> w(stride * static_cast<size_t>(n), 0x5a);
-  for (int64_t j = 0; j < n; ++j) {
-    char* row = w.data() + static_cast<size_t>(j) * stride;
-    if (dtype_info(t).dequant_only) {
-      test::random_gguf_row(t, row, k, seed + static_cast<uint32_t>(j));  // no quantizer
-    } else {
-      quantize_row_ref(t, vals.data() + j * k, row, k);
-    }
-  }
-  return w;
-}
-
 TEST(QuantizeRowInt8, FastEqualsReferenceBitForBit) {
   for (int64_t group : {16, 32, 64, 128}) {
     SCOPED_TRACE(group);
@@ -179,7 +165,7 @@ std::vector<float> check_int8(MatmulCache& cache, DType t, const Case& cs, uint3
   SCOPED_TRACE(::testing::Message() << dtype_name(t) << " m=" << m << " n=" << n << " k=" << k
                                     << " bias=" << cs.bias << " threads=" << omp_get_max_threads());
   const size_t w_stride = row_bytes(t, k) + cs.w_pad;
-  const auto w = make_w(t, n, k, w_stride, seed);
+  const auto w = test::random_weights(t, n, k, w_stride, seed);
   const auto xv = test::random_floats(static_cast<size_t>(m * k), -2.0f, 2.0f, seed + 1);
   const auto bias = test::random_floats(static_cast<size_t>(n), -1.0f, 1.0f, seed + 2);
   const float* b = cs.bias ? bias.data() : nullptr;
@@ -346,7 +332,7 @@ TEST(MatmulInt8, NonFiniteInputsAndFloatWeights) {
   MatmulCache cache;
   const DType t = kQ4_1;
   const int64_t m = 3, n = 5, k = 64;
-  const auto w = make_w(t, n, k, row_bytes(t, k), 5);
+  const auto w = test::random_weights(t, n, k, row_bytes(t, k), 5);
   auto x = test::random_floats(static_cast<size_t>(m * k), -1, 1, 6);
   x[static_cast<size_t>(k + 40)] = NAN;  // row 1, group 1
   std::vector<float> y(static_cast<size_t>(m * n));
@@ -379,7 +365,7 @@ TEST(MatmulInt8, WithinInt8RoundingOfF32) {
     SCOPED_TRACE(dtype_name(t));
     const int64_t g = matmul_int8_group(t);
     const int64_t m = 9, n = 41, k = 4 * dtype_info(t).block_elems;
-    const auto w = make_w(t, n, k, row_bytes(t, k), 21);
+    const auto w = test::random_weights(t, n, k, row_bytes(t, k), 21);
     const auto x = test::random_floats(static_cast<size_t>(m * k), -2.0f, 2.0f, 22);
     std::vector<float> y(static_cast<size_t>(m * n)), y32(y.size());
     ASSERT_EQ(matmul(cache, y.data(), n, x.data(), k, w.data(), t, row_bytes(t, k), nullptr, m, n,

@@ -322,12 +322,34 @@ int main(int argc, char** argv) {
         std::string(strata::dtype_name(head)).c_str(), static_cast<long long>(m));
     std::vector<float> x(static_cast<size_t>(m * 1536), 0.5f);
     std::vector<float> y(static_cast<size_t>(m * 49152));
+    auto part = [](const Weights& w) {
+      return strata::cpu::WeightPart{w.data.data(), w.t, w.row_bytes, nullptr, w.n};
+    };
     for (ComputeType c : computes) {
+      // One call per matrix, then as the engine calls them: q, k and v in one
+      // call, gate and up in one (matmul_parts).
       Stats st = time_it([&] {
         for (const auto& w : ws) {
           check(strata::cpu::matmul(cache, y.data(), w.n, x.data(), w.k, w.data.data(), w.t,
                                     w.row_bytes, nullptr, m, w.n, w.k, c));
         }
+      });
+      Stats fused = time_it([&] {
+        for (size_t l = 0; l + 1 < ws.size(); l += layer.size()) {
+          const strata::cpu::WeightPart qkv[] = {part(ws[l]), part(ws[l + 1]), part(ws[l + 2])};
+          const strata::cpu::WeightPart gate_up[] = {part(ws[l + 4]), part(ws[l + 5])};
+          check(strata::cpu::matmul_parts(cache, y.data(), 960, x.data(), 576, qkv, m, 576, c));
+          for (size_t i : {l + 3, l + 6}) {
+            const Weights& w = ws[i];
+            check(strata::cpu::matmul(cache, y.data(), w.n, x.data(), w.k, w.data.data(), w.t,
+                                      w.row_bytes, nullptr, m, w.n, w.k, c));
+          }
+          check(strata::cpu::matmul_parts(cache, y.data(), 3072, x.data(), 576, gate_up, m, 576,
+                                          c));
+        }
+        const Weights& head = ws.back();
+        check(strata::cpu::matmul(cache, y.data(), head.n, x.data(), head.k, head.data.data(),
+                                  head.t, head.row_bytes, nullptr, m, head.n, head.k, c));
       });
       const double bound_copy = step_bytes / bw.copy;
       const double bound_read = step_bytes / bw.read;
@@ -336,6 +358,9 @@ int main(int argc, char** argv) {
           "%.1f GB/s\n",
           name(c), st.median * 1e3, st.lo * 1e3, st.hi * 1e3, step_flop / st.median / 1e9,
           step_bytes / 1e6, step_bytes / st.median / 1e9);
+      std::printf(
+          "    q,k,v and gate,up fused: %.2f ms (range %.2f-%.2f), weights at %.1f GB/s\n",
+          fused.median * 1e3, fused.lo * 1e3, fused.hi * 1e3, step_bytes / fused.median / 1e9);
       std::printf(
           "                bandwidth bound %.2f ms by memcpy (%.2fx of it), %.2f ms by "
           "read-only (%.2fx); compute bound at the oneDNN ceiling %.2f ms\n",
