@@ -182,6 +182,7 @@ def manifest():
 put("pack_manifest", "one-layer.json", struct.pack("<I", 28) + manifest().encode())
 
 # ---- units ----
-for i, s in enumerate(["16G", "1.5T", "512M", "100", "0.25K", "q4", "q8s", "f16", "bf16", "none"]):
+for i, s in enumerate(["16G", "1.5T", "512M", "100", "0.25K", "q4", "q8s", "f16", "bf16", "none",
+                       "0 100 0 100 0 100", "20 30 0 100 0 100", "0 100 50 50 0 100"]):
     put("units", f"{i:02d}.txt", s)
 print(f"seeds written to {os.path.relpath(OUT, os.getcwd())}")
