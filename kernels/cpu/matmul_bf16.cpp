@@ -20,6 +20,7 @@ namespace {
 
 constexpr int64_t kChunk = 32;        // elements per vdpbf16ps: 16 lanes x 2
 constexpr int64_t kPrefetchRows = 4;  // weight rows read ahead
+constexpr int kMidM = 12;             // the wide kernel's smaller tile of x rows
 
 int64_t round_up(int64_t v, int64_t q) {
   return (v + q - 1) / q * q;
@@ -234,6 +235,17 @@ STRATA_BF16 inline __m512bh w_chunk(const uint8_t* row, int64_t e0, int64_t k) {
   }
 }
 
+// The `rows` weight rows kPrefetchRows after row j into L1, where W has them.
+STRATA_BF16 inline void prefetch_ahead(const uint8_t* w, size_t w_row_bytes, int64_t n, int64_t j,
+                                       int64_t rows) {
+  if (j + kPrefetchRows + rows > n) return;
+  const char* ahead =
+      reinterpret_cast<const char*>(w + static_cast<size_t>(j + kPrefetchRows) * w_row_bytes);
+  for (size_t o = 0; o < static_cast<size_t>(rows) * w_row_bytes; o += 64) {
+    _mm_prefetch(ahead + o, _MM_HINT_T0);
+  }
+}
+
 // Rows [j0, j1) of W against M rows of x (bf16, rows ldx elements apart,
 // zero-padded to a multiple of 32): two weight rows at a time share every
 // load of x.
@@ -245,10 +257,7 @@ STRATA_BF16 void dot_rows(float* y, int64_t y_stride, const uint16_t* xb, int64_
     const bool two = j + 1 < j1;
     const uint8_t* r0 = w + static_cast<size_t>(j) * w_row_bytes;
     const uint8_t* r1 = two ? r0 + w_row_bytes : r0;
-    if (j + kPrefetchRows + 1 < n) {
-      const char* ahead = reinterpret_cast<const char*>(r0 + kPrefetchRows * w_row_bytes);
-      for (size_t o = 0; o < 2 * w_row_bytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
-    }
+    prefetch_ahead(w, w_row_bytes, n, j, 2);
     __m512 a0[M], a1[M];
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
@@ -283,10 +292,7 @@ STRATA_BF16 void dot_rows_wide(float* y, int64_t y_stride, const uint16_t* xb, i
                                int64_t k, int64_t j0, int64_t j1, int64_t m) {
   for (int64_t j = j0; j < j1; ++j) {
     const uint8_t* r0 = w + static_cast<size_t>(j) * w_row_bytes;
-    if (j + kPrefetchRows < n) {
-      const char* ahead = reinterpret_cast<const char*>(r0 + kPrefetchRows * w_row_bytes);
-      for (size_t o = 0; o < w_row_bytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
-    }
+    prefetch_ahead(w, w_row_bytes, n, j, 1);
     __m512 a[M];
 #pragma GCC unroll 16
     for (int i = 0; i < M; ++i) a[i] = _mm512_setzero_ps();
@@ -367,14 +373,14 @@ DotFn dot_fn(DType t, int64_t m) {
 
 // Rows of x the wide kernel computes for m rows (8 < m <= kBf16DotWideM).
 int64_t wide_rows(int64_t m) {
-  return m <= 12 ? 12 : kBf16DotWideM;
+  return m <= kMidM ? kMidM : kBf16DotWideM;
 }
 
 WideDotFn wide_dot_fn(DType t, int64_t m) {
   WideDotFn fn = nullptr;
   visit_dot_dtype(t, [&](auto tag) {
     constexpr DType T = decltype(tag)::value;
-    fn = wide_rows(m) == 12 ? dot_rows_wide<T, 12> : dot_rows_wide<T, kBf16DotWideM>;
+    fn = wide_rows(m) == kMidM ? dot_rows_wide<T, kMidM> : dot_rows_wide<T, kBf16DotWideM>;
   });
   return fn;
 }

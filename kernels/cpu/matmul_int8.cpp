@@ -464,7 +464,10 @@ size_t matmul_int8_x_bytes(int64_t m, int64_t k, int64_t group) {
 }
 
 size_t matmul_int8_panel_bytes(int64_t k, int64_t group) {
-  return std::max(panel_layout(k, group).bytes, matmul_int8_avx2_ws_bytes(k, group));
+  // The kernel that runs here: the VNNI panel, the AVX2 strip, or nothing.
+  if (matmul_int8_native()) return panel_layout(k, group).bytes;
+  if (matmul_int8_avx2_ok()) return matmul_int8_avx2_ws_bytes(k, group);
+  return 64;
 }
 
 Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride, WeightParts parts,
@@ -491,7 +494,8 @@ Status matmul_int8(float* y, int64_t y_stride, const float* x, int64_t x_stride,
 #endif
   if (!native) {
     // sums in bt: the portable path reads T itself.
-#pragma omp parallel for schedule(static) num_threads(n_threads)
+#pragma omp parallel for schedule(static) \
+    num_threads(static_cast <int>(std::min <int64_t>(n_threads, m)))
     for (int64_t i = 0; i < m; ++i) {
       quantize_row_int8_ref(x + i * x_stride, k, g_sz, qx + i * k, dx + i * ng, bt + i * ng);
     }
