@@ -26,40 +26,9 @@
 #include "support/all_close.h"
 #include "support/guarded.h"
 #include "support/random.h"
+#include "support/random_weights.h"
 
 namespace strata::test {
-
-// n rows of k random values in [lo, hi) stored as t, rows row_stride bytes
-// apart (the bytes between rows 0x5a); the GGUF-only formats, which have no
-// quantizer, from random_gguf_row.
-inline std::vector<char> random_weights(DType t, int64_t n, int64_t k, size_t row_stride,
-                                        uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  const auto vals = random_floats(static_cast<size_t>(n * k), lo, hi, seed);
-  std::vector<char> w(row_stride * static_cast<size_t>(n), 0x5a);
-  for (int64_t j = 0; j < n; ++j) {
-    const float* src = vals.data() + j * k;
-    char* dst = w.data() + static_cast<size_t>(j) * row_stride;
-    switch (t) {
-      case DType::kF32:
-        std::memcpy(dst, src, static_cast<size_t>(k) * 4);
-        break;
-      case DType::kF16:
-        f32_to_f16_row(src, reinterpret_cast<uint16_t*>(dst), k);
-        break;
-      case DType::kBF16:
-        f32_to_bf16_row(src, reinterpret_cast<uint16_t*>(dst), k);
-        break;
-      default:
-        if (dtype_info(t).dequant_only) {
-          random_gguf_row(t, dst, k, seed + static_cast<uint32_t>(j));
-        } else {
-          quantize_row_ref(t, src, dst, k);
-        }
-        break;
-    }
-  }
-  return w;
-}
 
 // x: [m, k] contiguous (copied into rows x_pad floats longer); bias: [n] or null.
 inline void check_matmul(cpu::MatmulCache& cache, cpu::ComputeType c, const void* w, DType t,

@@ -13,6 +13,7 @@
 #include "support/all_close.h"
 #include "support/guarded.h"
 #include "support/random.h"
+#include "support/random_weights.h"
 
 namespace strata::cpu {
 namespace {
@@ -21,31 +22,7 @@ using test::GuardedRows;
 
 std::vector<char> make_table(DType t, int64_t n_vocab, int64_t d, size_t row_stride,
                              uint32_t seed) {
-  const auto v = test::random_floats(static_cast<size_t>(n_vocab * d), -2, 2, seed);
-  std::vector<char> table(row_stride * static_cast<size_t>(n_vocab), 0x33);
-  for (int64_t r = 0; r < n_vocab; ++r) {
-    const float* src = v.data() + r * d;
-    char* dst = table.data() + static_cast<size_t>(r) * row_stride;
-    switch (t) {
-      case DType::kF32:
-        std::memcpy(dst, src, static_cast<size_t>(d) * 4);
-        break;
-      case DType::kF16:
-        f32_to_f16_row(src, reinterpret_cast<uint16_t*>(dst), d);
-        break;
-      case DType::kBF16:
-        f32_to_bf16_row(src, reinterpret_cast<uint16_t*>(dst), d);
-        break;
-      default:
-        if (dtype_info(t).dequant_only) {
-          test::random_gguf_row(t, dst, d, seed + static_cast<uint32_t>(r));
-        } else {
-          quantize_row_ref(t, src, dst, d);
-        }
-        break;
-    }
-  }
-  return table;
+  return test::random_weights(t, n_vocab, d, row_stride, seed, -2.0f, 2.0f, 0x33);
 }
 
 TEST(Embedding, EveryDtypeMatchesReferenceExactly) {

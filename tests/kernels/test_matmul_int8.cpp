@@ -27,13 +27,13 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_int8.h"
-#include "kernels/matmul_check.h"
 #include "quant/gguf_integers.h"
 #include "quant/quant.h"
 #include "quant/quant_ref.h"
 #include "support/all_close.h"
 #include "support/guarded.h"
 #include "support/random.h"
+#include "support/random_weights.h"
 
 namespace strata::cpu {
 namespace {

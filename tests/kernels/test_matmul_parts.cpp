@@ -15,8 +15,8 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/matmul_check.h"
 #include "support/random.h"
+#include "support/random_weights.h"
 
 namespace strata::cpu {
 namespace {
