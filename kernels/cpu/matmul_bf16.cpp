@@ -410,7 +410,9 @@ STRATA_BF16 void x_to_bf16(const float* x, int64_t k, uint16_t* xb, int64_t ldx)
 
 bool matmul_bf16_dot_ok(DType w_dtype, int64_t m) {
 #if defined(__x86_64__)
-  return cpu_features().avx512_bf16 && m >= 1 && m <= kBf16DotMaxM && dtype_ok(w_dtype);
+  const int64_t max_m =
+      dtype_ok(w_dtype) && dtype_info(w_dtype).block_elems >= kQK_K ? kBf16DotWideM : kBf16DotMaxM;
+  return cpu_features().avx512_bf16 && m >= 1 && m <= max_m && dtype_ok(w_dtype);
 #else
   (void)w_dtype, (void)m;
   return false;
@@ -418,23 +420,26 @@ bool matmul_bf16_dot_ok(DType w_dtype, int64_t m) {
 }
 
 size_t matmul_bf16_dot_ws_bytes(int64_t m, int64_t k) {
-  const int64_t rows = m > kBf16DotNarrowM ? kBf16DotWideM : m;
+  const int64_t rows = m > kBf16DotNarrowM ? std::max(m, kBf16DotWideM) : m;
   return static_cast<size_t>(rows * round_up(k, kChunk) * 2);
 }
 
 Status matmul_bf16_dot(float* y, int64_t y_stride, const float* x, int64_t x_stride,
                        WeightParts parts, int64_t m, int64_t k, void* ws, int n_threads) {
 #if defined(__x86_64__)
-  // From 9 rows of x, two tiles of rows of x (rows 0-7, then the rest)
-  // through the two-row kernel, which loads each chunk of x once for two
-  // weight rows where the wide kernel loads it once per weight row: twice
-  // the products per second with bf16 or f16 weights, 10-20% more with
-  // Q8_0/Q4_1 (strata_bench_matmul, 12 and 16 rows), though each chunk is
-  // widened twice. The K-quants' super-blocks, the costliest to widen, go
-  // through the wide kernel (Q6_K 8-10% slower as two tiles, Q4_K the same).
-  // Each element gets the same products and sums either way.
+  // From 9 rows of x, tiles of 8 rows of x (the last one shorter) through
+  // the two-row kernel, which loads each chunk of x once for two weight rows
+  // where the wide kernel loads it once per weight row: twice the products
+  // per second with bf16 or f16 weights at 16 rows, 10-20% more with
+  // Q8_0/Q4_1, though each chunk is widened once per tile; from 17 to 32
+  // rows faster than the GEMM path, or as fast (Q4_1 at 32) (all measured
+  // with strata_bench_matmul's decode step). The K-quants' super-blocks, the
+  // costliest to widen, go through the wide kernel up to 16 rows (Q6_K 8-10%
+  // slower as tiles, Q4_K the same). Each element gets the same products and
+  // sums either way.
   const bool wide = m > kBf16DotNarrowM;
   std::array<DotFn, kMaxWeightParts> fns{}, tail_fns{};
+  std::array<bool, kMaxWeightParts> tiled{};
   std::array<WideDotFn, kMaxWeightParts> wide_fns{};
   bool any_wide = false;
   if (parts.empty() || parts.size() > kMaxWeightParts) return Status::kInvalidArgument;
@@ -445,7 +450,8 @@ Status matmul_bf16_dot(float* y, int64_t y_stride, const float* x, int64_t x_str
       fns[i] = dot_fn(t, m);
     } else if (dtype_info(t).block_elems < kQK_K) {
       fns[i] = dot_fn(t, kBf16DotNarrowM);
-      tail_fns[i] = dot_fn(t, m - kBf16DotNarrowM);
+      if (m % kBf16DotNarrowM != 0) tail_fns[i] = dot_fn(t, m % kBf16DotNarrowM);
+      tiled[i] = true;
     } else {
       wide_fns[i] = wide_dot_fn(t, m);
       any_wide = true;
@@ -469,15 +475,21 @@ Status matmul_bf16_dot(float* y, int64_t y_stride, const float* x, int64_t x_str
       const auto* w = static_cast<const uint8_t*>(p.w);
       if (wide_fns[i] != nullptr) {
         wide_fns[i](y + col, y_stride, xb, ldx, w, p.row_bytes, p.bias, p.n, k, j0, j1, m);
-      } else if (tail_fns[i] == nullptr) {
+      } else if (!tiled[i]) {
         fns[i](y + col, y_stride, xb, ldx, w, p.row_bytes, p.bias, p.n, k, j0, j1);
       } else {
-        // A few weight rows at a time, so that the second tile reads them from L1.
+        // A few weight rows at a time, so that the later tiles read them from L1.
         for (int64_t jb = j0; jb < j1; jb += kTileRows) {
           const int64_t je = std::min(j1, jb + kTileRows);
-          fns[i](y + col, y_stride, xb, ldx, w, p.row_bytes, p.bias, p.n, k, jb, je);
-          tail_fns[i](y + col + kBf16DotNarrowM * y_stride, y_stride, xb + kBf16DotNarrowM * ldx,
-                      ldx, w, p.row_bytes, p.bias, p.n, k, jb, je);
+          int64_t i0 = 0;
+          for (; i0 + kBf16DotNarrowM <= m; i0 += kBf16DotNarrowM) {
+            fns[i](y + col + i0 * y_stride, y_stride, xb + i0 * ldx, ldx, w, p.row_bytes, p.bias,
+                   p.n, k, jb, je);
+          }
+          if (i0 < m) {
+            tail_fns[i](y + col + i0 * y_stride, y_stride, xb + i0 * ldx, ldx, w, p.row_bytes,
+                        p.bias, p.n, k, jb, je);
+          }
         }
       }
     });

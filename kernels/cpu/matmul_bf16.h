@@ -24,14 +24,14 @@
 namespace strata::cpu {
 
 // Rows of x this kernel takes (more go to the GEMM paths): up to
-// kBf16DotNarrowM two weight rows at a time; beyond, the same for rows 0-7
-// of x and then the rest, or (K-quant weights) one weight row at a time
-// against 12 or kBf16DotWideM rows of x (the missing ones zero). Each element
-// gets the same products and sums either way, so a row of y has the same
-// bits in any batch this kernel serves.
+// kBf16DotNarrowM two weight rows at a time; beyond, the same for each tile
+// of 8 rows of x, up to kBf16DotMaxM, or (K-quant weights) one weight row at
+// a time against 12 or kBf16DotWideM rows of x (the missing ones zero), up to
+// kBf16DotWideM. Each element gets the same products and sums either way, so
+// a row of y has the same bits in any batch this kernel serves.
 inline constexpr int64_t kBf16DotNarrowM = 8;
 inline constexpr int64_t kBf16DotWideM = 16;
-inline constexpr int64_t kBf16DotMaxM = kBf16DotWideM;
+inline constexpr int64_t kBf16DotMaxM = 32;  // K-quant weights: kBf16DotWideM
 
 // Whether the kernel runs here: AVX512_BF16, m <= kBf16DotMaxM, and W in
 // f32, f16, bf16 or a quantized format.

@@ -141,11 +141,15 @@ TEST_P(MatmulTest, DotKernelRowsHaveTheSameBitsInEveryBatch) {
   const bool f32_dot = !bf16_dot && c != ComputeType::kInt8 && matmul_f32_dot_ok(1) &&
                        (c == ComputeType::kF32 || !native_bf16_products());
   if (!bf16_dot && !f32_dot) GTEST_SKIP() << "no dot kernel for this compute type on this CPU";
-  const int64_t max_m = bf16_dot ? kBf16DotMaxM : kF32DotMaxM;
   MatmulCache cache;
   uint32_t seed = 7100;
   for (DType t :
        {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4A32, DType::kQ8S32, DType::kQ6_K}) {
+    // The bf16 kernel takes fewer rows with K-quant weights.
+    const int64_t max_m = !bf16_dot                             ? kF32DotMaxM
+                          : matmul_bf16_dot_ok(t, kBf16DotMaxM) ? kBf16DotMaxM
+                                                                : kBf16DotWideM;
+    ASSERT_TRUE(!bf16_dot || matmul_bf16_dot_ok(t, max_m)) << dtype_name(t);
     const int64_t k = is_quantized(t) ? 2 * dtype_info(t).block_elems : 96, n = 21;
     const size_t w_stride = row_bytes(t, k);
     const auto w = test::random_weights(t, n, k, w_stride, seed);
