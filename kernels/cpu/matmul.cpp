@@ -660,7 +660,8 @@ Status matmul_parts(MatmulCache& cache, float* y, int64_t y_stride, const float*
   int64_t col = 0;
   bool one_dtype = true;
   for (const WeightPart& p : parts) {
-    if (Status s = op_args::matmul(y + col, y_stride - col, x, x_stride, p.w, p.dtype, p.row_bytes,
+    float* y_part = y != nullptr ? y + col : nullptr;
+    if (Status s = op_args::matmul(y_part, y_stride - col, x, x_stride, p.w, p.dtype, p.row_bytes,
                                    m, p.n, k, compute);
         s != Status::kOk) {
       return s;
