@@ -80,6 +80,7 @@ struct MatrixView {
 };
 
 // One weight of Backend::matmul_parts, with its bias ([w.rows] or null).
+inline constexpr size_t kMaxMatmulParts = 3;  // q, k and v
 struct MatmulPart {
   MatrixView w;
   const float* bias = nullptr;
@@ -161,7 +162,8 @@ class Backend {
   // up), all with x's columns: part p's y[m, w_p.rows] in the columns after
   // the earlier parts'. The results of one matmul per part, which is what
   // this default does; a backend may run them as one op (the CPU does at
-  // decode sizes, one team of threads over the rows of all parts).
+  // decode sizes, one team of threads over the rows of all parts). At most
+  // kMaxMatmulParts parts.
   virtual void matmul_parts(float* y, int64_t y_stride, const float* x, int64_t x_stride,
                             const MatmulPart* parts, size_t n_parts, int64_t m, DType compute) {
     int64_t col = 0;

@@ -160,28 +160,24 @@ void CpuBackend::matmul_parts(float* y, int64_t y_stride, const float* x, int64_
                               const MatmulPart* parts, size_t n_parts, int64_t m, DType compute) {
   Timer timer(*this, Op::kMatmul);
   cpu::ScopedOmpThreads t(threads_);
-  // Up to cpu::kMaxWeightParts weights per kernel call.
-  int64_t col = 0;
-  for (size_t first = 0; first < n_parts; first += cpu::kMaxWeightParts) {
-    std::array<cpu::WeightPart, cpu::kMaxWeightParts> ws;
-    const size_t n = std::min(cpu::kMaxWeightParts, n_parts - first);
-    int64_t rows = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const MatmulPart& p = parts[first + i];
-      if (p.w.cols != parts[0].w.cols) {
-        fail("cpu backend: matmul_parts: part {} has {} columns, part 0 {}", first + i, p.w.cols,
-             parts[0].w.cols);
-      }
-      ws[i] = {p.w.data, p.w.dtype, p.w.row_bytes, p.bias, p.w.rows};
-      rows += p.w.rows;
-    }
-    check(
-        cpu::matmul_parts(*matmul_cache_, y + col, y_stride, x, x_stride,
-                          cpu::WeightParts(ws.data(), n), m, parts[0].w.cols, cpu_compute(compute)),
-        "matmul", "m={} parts={} rows={} k={} w={} compute={}", m, n, rows, parts[0].w.cols,
-        dtype_name(parts[first].w.dtype), dtype_name(compute));
-    col += rows;
+  static_assert(kMaxMatmulParts <= cpu::kMaxWeightParts);
+  if (n_parts == 0 || n_parts > kMaxMatmulParts) {
+    fail("cpu backend: matmul_parts: {} parts (1 to {})", n_parts, kMaxMatmulParts);
   }
+  const int64_t k = parts[0].w.cols;
+  std::array<cpu::WeightPart, kMaxMatmulParts> ws;
+  int64_t rows = 0;
+  for (size_t i = 0; i < n_parts; ++i) {
+    const MatmulPart& p = parts[i];
+    if (p.w.cols != k)
+      fail("cpu backend: matmul_parts: part {} has {} columns, part 0 {}", i, p.w.cols, k);
+    ws[i] = {p.w.data, p.w.dtype, p.w.row_bytes, p.bias, p.w.rows};
+    rows += p.w.rows;
+  }
+  check(cpu::matmul_parts(*matmul_cache_, y, y_stride, x, x_stride,
+                          cpu::WeightParts(ws.data(), n_parts), m, k, cpu_compute(compute)),
+        "matmul", "m={} parts={} rows={} k={} w={} compute={}", m, n_parts, rows, k,
+        dtype_name(parts[0].w.dtype), dtype_name(compute));
 }
 
 void CpuBackend::rms_norm(float* y, int64_t y_stride, const float* x, int64_t x_stride,
