@@ -205,6 +205,14 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "unknown dtype '%s'\n", argv[i]);
         return 2;
       }
+      // The decode step's rows have 576 and 1536 values.
+      if (576 % strata::dtype_info(*t).block_elems != 0) {
+        std::fprintf(stderr,
+                     "--decode-dtype %s: its blocks of %ld values do not divide the decode "
+                     "step's rows of 576 values\n",
+                     argv[i], static_cast<long>(strata::dtype_info(*t).block_elems));
+        return 2;
+      }
       decode_dtype = *t;
     } else if (a == "--compute" && i + 1 < argc) {
       const std::string c = argv[++i];
