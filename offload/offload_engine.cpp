@@ -206,6 +206,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options, C
     transfer_plan_.weights_off[static_cast<size_t>(col)] = weights_->streams(col);
   }
   transfer_plan_.kv_off = kv_disk;
+  transfer_plan_.tied_embeddings = weights_->tied();
 
   spdlog::info(
       "engine: {} on {}, compute {}, weights {}, KV {} in pages of {} tokens, block {} x {}",
@@ -441,14 +442,16 @@ void OffloadEngine::compute(const ScheduleStep& s) {
                   m.hidden.size());
     switch (s.kind) {
       case StageKind::kEmbed:
-        step_global_ = weights_->embed(wstage_->staged(0, step, *exec_));
+        // Tied embeddings: the head's buffer of the step before (the schedule's say).
+        step_global_ = weights_->embed(wstage_->staged(s.weights_column, s.weights_step, *exec_));
         break;
       case StageKind::kLayer:
         kv_stage_->stage(s.layer, s.micro_batch, step, *exec_);
-        step_layer_ = weights_->layer(s.layer, wstage_->staged(s.column, step, *exec_));
+        step_layer_ =
+            weights_->layer(s.layer, wstage_->staged(s.weights_column, s.weights_step, *exec_));
         break;
       case StageKind::kHead:
-        step_global_ = weights_->head(wstage_->staged(s.column, step, *exec_));
+        step_global_ = weights_->head(wstage_->staged(s.weights_column, s.weights_step, *exec_));
         break;
     }
   }

@@ -33,6 +33,8 @@ std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& s) {
                   : j == n_col - 1 ? StageKind::kHead
                                    : StageKind::kLayer;
         st.layer = st.kind == StageKind::kLayer ? static_cast<int32_t>(j - 1) : -1;
+        st.weights_column = st.column;
+        st.weights_step = st.step;
         out.push_back(std::move(st));
       }
     }
@@ -56,13 +58,28 @@ std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& s, const Tran
   };
   const bool any_weights =
       std::find(plan.weights_off.begin(), plan.weights_off.end(), true) != plan.weights_off.end();
+  const auto off = [&](int64_t j) {
+    return any_weights && plan.weights_off[static_cast<size_t>(j)];
+  };
+  // Tied embeddings with the table off the device: decode steps' embed
+  // columns read the head's load of the step before.
+  const bool tied = plan.tied_embeddings && off(0);
+  if (plan.tied_embeddings && off(0) != off(n_col - 1)) {
+    fail("transfer plan ties the embeddings but places the embed column and the head apart");
+  }
   for (int64_t i = 0; i < s.n_steps; ++i) {
     for (int64_t j = 0; j < n_col; ++j) {
       // Weights of column j, once per step, by the first micro-batch of the
-      // column before it.
-      if (any_weights && plan.weights_off[static_cast<size_t>(j)]) {
+      // column before it (tied: none for a decode step's embed column, whose
+      // next column's load rides on the head of the step before).
+      if (tied && i > 0 && j == 0) {
+        for (int64_t k = 0; k < s.n_micro_batches; ++k) {
+          out[index(i, 0, k)].weights_column = static_cast<int32_t>(n_col - 1);
+          out[index(i, 0, k)].weights_step = static_cast<int32_t>(i - 1);
+        }
+      } else if (off(j)) {
         size_t at = index(i, j, 0);
-        if (j > 0) {
+        if (j > 1 || (j == 1 && !(tied && i > 0))) {
           at = index(i, j - 1, 0);
         } else if (i > 0) {
           at = index(i - 1, n_col - 1, 0);
@@ -121,6 +138,9 @@ std::string format_schedule(const std::vector<ScheduleStep>& steps) {
       return fmt::format(" {}({} {}j={} k={})", verb, transfer_name(t.what), step, t.column,
                          t.micro_batch);
     };
+    if (st.weights_column != st.column || st.weights_step != st.step) {
+      out += fmt::format(" weights(i={} j={})", st.weights_step, st.weights_column);
+    }
     for (const Transfer& t : st.loads) out += text("load", t);
     for (const Transfer& t : st.stores) out += text("store", t);
     out += '\n';

@@ -25,6 +25,14 @@
 //     they live off the device: stored after the column that produced them
 //     (embed and layers) like KV, and loaded before the next column
 //     computes on them, also by the step just before.
+// With tied embeddings (TransferPlan::tied_embeddings) the head's weights
+// are the embed column's: the embed column of a decode step loads nothing
+// and computes from the buffer the head's load of the step before filled
+// (ScheduleStep::weights_step), and column 1's load moves up to the head's
+// first micro-batch of the step before (the embed column's compute is too
+// short to hide it), overlapping the head's compute; its buffer is the last
+// layer's, done by then, and the head's stays untouched until column 2's
+// load, after the embed column.
 // Nothing is loaded twice within a column of one step. The executor
 // decides at run time which bytes a transfer moves (a micro-batch whose
 // pages are all in RAM moves none).
@@ -57,7 +65,12 @@ struct ScheduleStep {
   int32_t column = 0;       // j: 0 = embed, 1..n_layer = layers, n_layer + 1 = head
   int32_t micro_batch = 0;  // k
   StageKind kind = StageKind::kLayer;
-  int32_t layer = -1;            // transformer layer (column - 1) for kLayer, else -1
+  int32_t layer = -1;  // transformer layer (column - 1) for kLayer, else -1
+  // The weights load whose buffer this compute reads (when its column's
+  // weights are off the device): column weights_column's of generation step
+  // weights_step; the step's own column and step but for a tied embed column.
+  int32_t weights_column = 0;
+  int32_t weights_step = 0;
   std::vector<Transfer> loads;   // issued before / overlapping this compute
   std::vector<Transfer> stores;  // issued after this compute
 };
@@ -76,19 +89,21 @@ struct TransferPlan {
   std::vector<bool> weights_off;  // [n_columns] or empty (nothing); column j has weights off
   bool kv_off = false;            // some KV pages live off the device
   bool act_off = false;           // activations live off the device between columns
+  bool tied_embeddings = false;   // the head's weights are the embed column's
 };
 
 // Steps in schedule order: index ((i * n_columns) + j) * n_micro_batches + k,
 // with no transfers. Throws Error for a shape with a non-positive count.
 std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& shape);
 // The same steps with the transfers of `plan` attached (rules above).
-// Throws Error when plan.weights_off is neither empty nor n_columns long.
-std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& shape,
-                                              const TransferPlan& plan);
+// Throws Error when plan.weights_off is neither empty nor n_columns long, or
+// when tied embeddings have the embed column and the head placed apart.
+std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& shape, const TransferPlan& plan);
 
 // One line per step, "i=0 j=3 (layer 2) k=1", then its transfers
 // ("load(weights j=4 k=0)", "store(kv j=2 k=0)", with " i=N" before j when
-// the data belongs to another generation step), for dry runs and tests.
+// the data belongs to another generation step), and "weights(i=N j=M)" when
+// it computes from another column's load, for dry runs and tests.
 std::string format_schedule(const std::vector<ScheduleStep>& steps);
 
 }  // namespace strata

@@ -54,41 +54,17 @@ void WeightStaging::reset() {
   for (Slot& s : slots_) {
     s.column = -1;
     s.step = -1;
-    s.embed_step = -1;
   }
-}
-
-WeightStaging::Slot* WeightStaging::tied_head_of(int64_t column, int32_t step) {
-  const int64_t head = weights_.n_columns() - 1;
-  if (column != 0 || !weights_.tied()) return nullptr;
-  STRATA_ASSERT(weights_.disk_unit(0) == weights_.disk_unit(head));
-  for (Slot& s : slots_) {
-    if (s.column == head && s.step == step - 1) return &s;
-  }
-  return nullptr;
 }
 
 void WeightStaging::load(int64_t column, int32_t step, Executor& exec) {
   STRATA_ASSERT(weights_.streams(column));
-  for (const Slot& s : slots_) {
-    if (s.column == column && s.step == step) return;  // loaded ahead (below)
-  }
   const UnitPlacement* u = weights_.disk_unit(column);
-  if (Slot* head = tied_head_of(column, step)) {
-    // No load: the head's buffer serves the embeddings. The first layer's
-    // load, which the schedule issues with the embed column (whose compute
-    // is too short to hide it), takes the other buffer now, behind the
-    // head's on the load queue, and overlaps the head's compute.
-    head->embed_step = step;
-    if (weights_.n_columns() > 2 && weights_.streams(1)) load(1, step, exec);
-    return;
-  }
   // Round robin over the two buffers: this one last held the load before
   // the previous one, for a column whose computes all came before this step.
   Slot& s = slots_[n_loads_++ % 2];
   s.column = column;
   s.step = step;
-  s.embed_step = -1;
   const int64_t n_layer = weights_.n_columns() - 2;
   const std::string name = column == 0             ? "embed"
                            : column == n_layer + 1 ? "head"
@@ -140,7 +116,7 @@ void WeightStaging::load(int64_t column, int32_t step, Executor& exec) {
 const std::byte* WeightStaging::staged(int64_t column, int32_t step, Executor& exec) {
   if (!weights_.streams(column)) return nullptr;
   for (Slot& s : slots_) {
-    if ((s.column == column && s.step == step) || (column == 0 && s.embed_step == step)) {
+    if (s.column == column && s.step == step) {
       exec.loads().wait(s.load);
       return mode_ == MemoryMode::kHostMemory ? s.host.data() : s.dev.as<std::byte>();
     }

@@ -13,11 +13,10 @@
 // read into the slot's host buffer (pinned on a GPU, registered with the disk
 // I/O layer) and copied up.
 //
-// With tied embeddings the head's load of a step is the embeddings' load of
-// the next: the embed column then reads nothing and computes from the buffer
-// the head's load filled, and the first layer's load is issued at once into
-// the other buffer (so that the head's is not overwritten before the embed
-// column is done with it), overlapping the head's compute.
+// Which load a compute reads is the schedule's to say (offload/schedule.h:
+// with tied embeddings a decode step's embed column reads the head's load of
+// the step before); staging loads what it is told, into the buffer the
+// schedule's order leaves free.
 //
 // The first read of each column's disk share in a run is checked against the
 // pack's checksums, on the load queue right after the read (off the compute
@@ -60,7 +59,7 @@ class WeightStaging {
   // executor's load queue.
   void load(int64_t column, int32_t step, Executor& exec);
   // Waits for that load; where the column's streamed share is (null when the
-  // column streams nothing).
+  // column streams nothing). The load must have been issued.
   const std::byte* staged(int64_t column, int32_t step, Executor& exec);
   // Forgets which column each buffer holds (a new block).
   void reset();
@@ -71,17 +70,12 @@ class WeightStaging {
     DeviceBuffer dev;  // device memory not host memory: what the views read
     int64_t column = -1;
     int32_t step = -1;
-    int32_t embed_step = -1;  // also column 0's load of this step (tied head)
-    uint64_t load = 0;        // its last number on the load queue
+    uint64_t load = 0;  // its last number on the load queue
   };
 
   const WeightStore& weights_;
   const Pack* pack_;
   MemoryMode mode_;
-  // The buffer holding the head's load of step - 1 when that serves column 0
-  // of `step` too (tied embeddings), else null.
-  Slot* tied_head_of(int64_t column, int32_t step);
-
   std::array<Slot, 2> slots_;
   uint64_t n_loads_ = 0;
   DiskFile pack_file_;

@@ -32,13 +32,32 @@ std::vector<Case> cases() {
     const size_t n_col = static_cast<size_t>(s.n_columns());
     std::vector<bool> all(n_col, true), some(n_col, false), none;
     for (size_t j = 0; j < n_col; j += 2) some[j] = true;  // embed, layers 1, 3, ...
+    std::vector<bool> tied_some = some;                    // the head placed with the embed column
+    tied_some.back() = true;
     for (const auto& w : {all, some, none}) {
       for (bool kv : {false, true}) {
         for (bool act : {false, true}) out.push_back({s, TransferPlan{w, kv, act}});
       }
     }
+    for (const auto& w : {all, tied_some, none}) {
+      for (bool kv : {false, true}) out.push_back({s, TransferPlan{w, kv, false, true}});
+    }
   }
   return out;
+}
+
+// Whether a decode step's embed column reads the head's load of the step
+// before (tied embeddings with the table off the device).
+bool tied_off(const TransferPlan& p) {
+  return p.tied_embeddings && !p.weights_off.empty() && p.weights_off[0];
+}
+
+// Where the weights load of column j, step i is carried: by the first
+// micro-batch of the column before (of the head of the step before for the
+// embed column, and with tied embeddings for column 1 of a decode step).
+int64_t weights_carrier(const ScheduleShape& s, const TransferPlan& p, int64_t i, int64_t j) {
+  if (j > 1 || (j == 1 && !(tied_off(p) && i > 0))) return index_of(s, i, j - 1, 0);
+  return i > 0 ? index_of(s, i - 1, s.n_columns() - 1, 0) : index_of(s, 0, 0, 0);
 }
 
 TEST(ScheduleTransfers, EveryLoadBeforeItsUseEveryStoreAfterItsProducer) {
@@ -61,11 +80,11 @@ TEST(ScheduleTransfers, EveryLoadBeforeItsUseEveryStoreAfterItsProducer) {
             << " j=" << t.column << " k=" << k;
         // Issued no later than its first use.
         EXPECT_LE(static_cast<int64_t>(idx), index_of(s, t.step, t.column, k));
-        // And late enough that double buffers hold: weights by the column
-        // before, KV and activations by the compute just before.
+        // And no earlier than its place: weights by the column before (one
+        // more column before for tied embeddings' column 1), KV and
+        // activations by the compute just before.
         if (t.what == What::kWeights) {
-          const int64_t use = index_of(s, t.step, t.column, 0);
-          EXPECT_GE(static_cast<int64_t>(idx), std::max<int64_t>(0, use - s.n_micro_batches));
+          EXPECT_EQ(static_cast<int64_t>(idx), weights_carrier(s, c.plan, t.step, t.column));
         } else {
           EXPECT_EQ(static_cast<int64_t>(idx), index_of(s, t.step, t.column, t.micro_batch) - 1);
         }
@@ -74,8 +93,7 @@ TEST(ScheduleTransfers, EveryLoadBeforeItsUseEveryStoreAfterItsProducer) {
         const auto key = std::make_tuple(static_cast<int>(t.what), t.step, t.column, t.micro_batch);
         EXPECT_TRUE(stores.emplace(key, static_cast<int64_t>(idx)).second);
         // After the compute that produced it, by the very next step.
-        EXPECT_EQ(static_cast<int64_t>(idx),
-                  index_of(s, t.step, t.column, t.micro_batch) + 1);
+        EXPECT_EQ(static_cast<int64_t>(idx), index_of(s, t.step, t.column, t.micro_batch) + 1);
         EXPECT_NE(t.what, What::kWeights) << "weights are never stored";
       }
     }
@@ -83,10 +101,18 @@ TEST(ScheduleTransfers, EveryLoadBeforeItsUseEveryStoreAfterItsProducer) {
     for (int64_t i = 0; i < s.n_steps; ++i) {
       for (int64_t j = 0; j < s.n_columns(); ++j) {
         const bool w_off = any_w && c.plan.weights_off[static_cast<size_t>(j)];
+        const bool from_head = tied_off(c.plan) && i > 0 && j == 0;
         EXPECT_EQ(loads.count({static_cast<int>(What::kWeights), static_cast<int>(i),
                                static_cast<int>(j), 0}),
-                  w_off ? 1u : 0u)
+                  w_off && !from_head ? 1u : 0u)
             << "weights i=" << i << " j=" << j;
+        // Each compute reads its own column's load of its step, a tied
+        // decode embed column the head's of the step before.
+        for (int64_t k = 0; k < s.n_micro_batches; ++k) {
+          const ScheduleStep& st = steps[static_cast<size_t>(index_of(s, i, j, k))];
+          EXPECT_EQ(st.weights_column, from_head ? s.n_columns() - 1 : j);
+          EXPECT_EQ(st.weights_step, from_head ? i - 1 : i);
+        }
         const bool layer = j >= 1 && j <= s.n_layer;
         for (int64_t k = 0; k < s.n_micro_batches; ++k) {
           const auto key = [&](What w) {
@@ -109,20 +135,31 @@ TEST(ScheduleTransfers, EveryLoadBeforeItsUseEveryStoreAfterItsProducer) {
 // the load.
 TEST(ScheduleTransfers, WeightLoadsRespectDoubleBuffering) {
   const ScheduleShape s{3, 4, 3};
-  TransferPlan plan;
-  plan.weights_off.assign(static_cast<size_t>(s.n_columns()), true);
-  const auto steps = make_block_schedule(s, plan);
-  std::vector<std::pair<int64_t, int64_t>> order;  // (carried at, use index), in issue order
-  for (size_t idx = 0; idx < steps.size(); ++idx) {
-    for (const Transfer& t : steps[idx].loads) {
-      order.emplace_back(static_cast<int64_t>(idx), index_of(s, t.step, t.column, 0));
+  for (bool tied : {false, true}) {
+    TransferPlan plan;
+    plan.weights_off.assign(static_cast<size_t>(s.n_columns()), true);
+    plan.tied_embeddings = tied;
+    const auto steps = make_block_schedule(s, plan);
+    // (i, j) of each load -> its last reader, from the steps' own account.
+    std::map<std::pair<int, int>, int64_t> last_read;
+    for (size_t idx = 0; idx < steps.size(); ++idx) {
+      last_read[{steps[idx].weights_step, steps[idx].weights_column}] = static_cast<int64_t>(idx);
     }
-  }
-  ASSERT_EQ(static_cast<int64_t>(order.size()), s.n_steps * s.n_columns());
-  for (size_t m = 2; m < order.size(); ++m) {
-    // Load m reuses the buffer of load m-2, whose column's last compute is
-    // its use + n_mb - 1.
-    EXPECT_GT(order[m].first, order[m - 2].second + s.n_micro_batches - 1) << "load " << m;
+    std::vector<std::pair<int64_t, int64_t>> order;  // (carried at, last read), in issue order
+    for (size_t idx = 0; idx < steps.size(); ++idx) {
+      for (const Transfer& t : steps[idx].loads) {
+        ASSERT_TRUE(last_read.count({t.step, t.column})) << "a load nothing reads";
+        order.emplace_back(static_cast<int64_t>(idx), last_read[{t.step, t.column}]);
+      }
+    }
+    // Tied: the decode steps' embed columns load nothing.
+    ASSERT_EQ(static_cast<int64_t>(order.size()),
+              s.n_steps * s.n_columns() - (tied ? s.n_steps - 1 : 0));
+    for (size_t m = 2; m < order.size(); ++m) {
+      // Load m reuses the buffer of load m-2: every reader of that one
+      // comes before the step carrying load m.
+      EXPECT_GT(order[m].first, order[m - 2].second) << "load " << m << " tied " << tied;
+    }
   }
 }
 
@@ -155,6 +192,25 @@ TEST(ScheduleTransfers, DryRunPrint) {
             "i=1 j=0 (embed) k=0\n"
             "i=1 j=1 (layer 0) k=0\n"
             "i=1 j=2 (head) k=0\n");
+}
+
+TEST(ScheduleTransfers, DryRunPrintTiedEmbeddings) {
+  TransferPlan plan;
+  plan.weights_off = {true, true, true, true};
+  plan.tied_embeddings = true;
+  const auto steps = make_block_schedule({2, 2, 1}, plan);
+  EXPECT_EQ(format_schedule(steps),
+            "i=0 j=0 (embed) k=0 load(weights j=0 k=0) load(weights j=1 k=0)\n"
+            "i=0 j=1 (layer 0) k=0 load(weights j=2 k=0)\n"
+            "i=0 j=2 (layer 1) k=0 load(weights j=3 k=0)\n"
+            "i=0 j=3 (head) k=0 load(weights i=1 j=1 k=0)\n"
+            "i=1 j=0 (embed) k=0 weights(i=0 j=3)\n"
+            "i=1 j=1 (layer 0) k=0 load(weights j=2 k=0)\n"
+            "i=1 j=2 (layer 1) k=0 load(weights j=3 k=0)\n"
+            "i=1 j=3 (head) k=0\n");
+  // The table must be in one place.
+  plan.weights_off = {true, true, true, false};
+  EXPECT_THROW(make_block_schedule({2, 2, 1}, plan), Error);
 }
 
 TEST(ScheduleTransfers, EmptyPlanIsThePlainSchedule) {
