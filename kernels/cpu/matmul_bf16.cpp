@@ -110,6 +110,54 @@ STRATA_BF16 inline void dequant32(const uint8_t* row, int64_t e0, __m512* lo, __
   }
 }
 
+// A 4-bit format's 32 elements through a table: the block's 16 values
+// d * q (+ m) (d * (q - 8) for Q4S), each made as dequant32 makes it (a
+// multiply, then an add) and rounded to bf16 as w_chunk rounds, then picked
+// by each element's nibble (vpermw). The same bits as widening every
+// element, with the arithmetic done once per value instead of per element.
+template <DType T>
+STRATA_BF16 inline __m512bh nibble_chunk(const uint8_t* row, int64_t e0) {
+  using B = block_of_t<T>;
+  constexpr int64_t G = B::kGroup;
+  constexpr bool kAsym = !dtype_info_constexpr(T).symmetric;
+  const uint8_t* b = row + (e0 / G) * static_cast<int64_t>(sizeof(B));
+  const int64_t o = e0 % G;  // first element within the block
+  uint32_t dm_bits;          // d, then m for the asymmetric formats
+  std::memcpy(&dm_bits, b, kAsym ? 4 : 2);
+  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
+  const __m512 q = kAsym ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+                         : _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  __m512 values = _mm512_mul_ps(q, _mm512_broadcastss_ps(dm));
+  if constexpr (kAsym) {
+    values = _mm512_add_ps(values, _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));
+  }
+  const __m256bh t = _mm512_cvtneps_pbh(values);
+  const __m512i table = _mm512_castsi256_si512(reinterpret_cast<const __m256i&>(t));
+  // Element e of the block: low nibble of byte e (e < G/2), else high nibble of byte e - G/2.
+  const uint8_t* qs = b + (kAsym ? 4 : 2);
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  __m128i v0, v1;  // the chunk's elements 0..15 and 16..31
+  if constexpr (G == 32) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    v0 = _mm_and_si128(v, low4);
+    v1 = _mm_and_si128(_mm_srli_epi16(v, 4), low4);
+  } else {
+    const bool high = o >= G / 2;
+    const uint8_t* p = qs + (high ? o - G / 2 : o);
+    v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+    if (high) {
+      v0 = _mm_srli_epi16(v0, 4);
+      v1 = _mm_srli_epi16(v1, 4);
+    }
+    v0 = _mm_and_si128(v0, low4);
+    v1 = _mm_and_si128(v1, low4);
+  }
+  const __m512i idx = _mm512_cvtepu8_epi16(_mm256_set_m128i(v1, v0));
+  const __m512i w = _mm512_permutexvar_epi16(idx, table);
+  return reinterpret_cast<const __m512bh&>(w);
+}
+
 // The same for the GGUF-only formats, as dequantize_gguf_row_ref makes them
 // (gguf_blocks.h): Q5_0 q*d, Q5_1 q*d + m, Q4_K / Q5_K (d*sc)*q - (dmin*mn)
 // for the 32 elements of one sub-block, Q6_K (d*sc)*q with the two scales
@@ -227,6 +275,9 @@ STRATA_BF16 inline __m512bh w_chunk(const uint8_t* row, int64_t e0, int64_t k) {
         lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, p));
         hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, p + 16));
       }
+    } else if constexpr (!dtype_info_constexpr(T).dequant_only &&
+                         dtype_info_constexpr(T).bits == 4) {
+      return nibble_chunk<T>(row, e0);
     } else if constexpr (dtype_info_constexpr(T).dequant_only) {
       dequant32_gguf<T>(row, e0, &lo, &hi);
     } else {
