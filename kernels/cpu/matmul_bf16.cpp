@@ -52,55 +52,24 @@ STRATA_BF16 inline float f16_scalar(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// Elements [e0, e0 + 32) of a row of quantized type T (e0 a multiple of 32,
+// Elements [e0, e0 + 32) of a row of an 8-bit type T (e0 a multiple of 32,
 // the row's k a multiple of G) as f32, exactly as dequantize_row_ref makes
-// them: d * q (Q8S), d * (q - 8) (Q4S), d * q + m (asymmetric), a multiply
-// then an add.
+// them: d * q (Q8S), d * q + m (Q8A), a multiply then an add.
 template <DType T>
 STRATA_BF16 inline void dequant32(const uint8_t* row, int64_t e0, __m512* lo, __m512* hi) {
   using B = block_of_t<T>;
   constexpr int64_t G = B::kGroup;
   constexpr bool kAsym = !dtype_info_constexpr(T).symmetric;
-  constexpr bool kNibbles = dtype_info_constexpr(T).bits == 4;
+  static_assert(dtype_info_constexpr(T).bits == 8);
   const uint8_t* b = row + (e0 / G) * static_cast<int64_t>(sizeof(B));
   const int64_t o = e0 % G;  // first element within the block
   const __m512 d = _mm512_set1_ps(f16_scalar(b));
   const uint8_t* qs = b + (kAsym ? 4 : 2);
-  __m512i q0, q1;  // elements 0..15 and 16..31 of the chunk as int32
-  if constexpr (kNibbles) {
-    const __m128i low4 = _mm_set1_epi8(0x0f);
-    if constexpr (G == 32) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-      q0 = _mm512_cvtepu8_epi32(_mm_and_si128(v, low4));
-      q1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), low4));
-    } else {
-      // Element e of the block: low nibble of byte e (e < G/2), else high nibble of byte e - G/2.
-      const bool high = o >= G / 2;
-      const uint8_t* p = qs + (high ? o - G / 2 : o);
-      __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
-      if (high) {
-        v0 = _mm_srli_epi16(v0, 4);
-        v1 = _mm_srli_epi16(v1, 4);
-      }
-      q0 = _mm512_cvtepu8_epi32(_mm_and_si128(v0, low4));
-      q1 = _mm512_cvtepu8_epi32(_mm_and_si128(v1, low4));
-    }
-    if constexpr (!kAsym) {  // Q4S: q - 8
-      q0 = _mm512_sub_epi32(q0, _mm512_set1_epi32(8));
-      q1 = _mm512_sub_epi32(q1, _mm512_set1_epi32(8));
-    }
-  } else {
-    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + o));
-    const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + o + 16));
-    if constexpr (kAsym) {
-      q0 = _mm512_cvtepu8_epi32(v0);
-      q1 = _mm512_cvtepu8_epi32(v1);
-    } else {
-      q0 = _mm512_cvtepi8_epi32(v0);
-      q1 = _mm512_cvtepi8_epi32(v1);
-    }
-  }
+  const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + o));
+  const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + o + 16));
+  // Elements 0..15 and 16..31 of the chunk as int32.
+  const __m512i q0 = kAsym ? _mm512_cvtepu8_epi32(v0) : _mm512_cvtepi8_epi32(v0);
+  const __m512i q1 = kAsym ? _mm512_cvtepu8_epi32(v1) : _mm512_cvtepi8_epi32(v1);
   *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d);
   *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d);
   if constexpr (kAsym) {
@@ -110,9 +79,28 @@ STRATA_BF16 inline void dequant32(const uint8_t* row, int64_t e0, __m512* lo, __
   }
 }
 
+// 32 elements from a table of values: elements 0..15 and 16..31 of the chunk
+// are the values their codes v0, v1 (bytes, 0..31) index, code c meaning
+// values_lo[c] (c < 16) or values_hi[c - 16], each rounded to bf16 as
+// w_chunk rounds (vcvtne2ps2bf16), then picked with vpermw.
+STRATA_BF16 inline __m512bh pick(__m512 values_lo, __m512 values_hi, __m128i v0, __m128i v1) {
+  const __m512bh t = _mm512_cvtne2ps_pbh(values_hi, values_lo);
+  const __m512i idx = _mm512_cvtepu8_epi16(_mm256_set_m128i(v1, v0));
+  const __m512i w = _mm512_permutexvar_epi16(idx, reinterpret_cast<const __m512i&>(t));
+  return reinterpret_cast<const __m512bh&>(w);
+}
+
+// Codes 0..15 and 16..31 as floats.
+STRATA_BF16 inline __m512 codes_lo() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+STRATA_BF16 inline __m512 codes_hi() {
+  return _mm512_add_ps(codes_lo(), _mm512_set1_ps(16.0f));
+}
+
 // A 4-bit format's 32 elements through a table: the block's 16 values
-// d * q (+ m) (d * (q - 8) for Q4S), each made as dequant32 makes it (a
-// multiply, then an add) and rounded to bf16 as w_chunk rounds, then picked
+// d * q (+ m) (d * (q - 8) for Q4S), each made as dequantize_row_ref makes
+// it (a multiply, then an add) and rounded to bf16 as w_chunk rounds, then picked
 // by each element's nibble (vpermw). The same bits as widening every
 // element, with the arithmetic done once per value instead of per element.
 template <DType T>
@@ -125,14 +113,11 @@ STRATA_BF16 inline __m512bh nibble_chunk(const uint8_t* row, int64_t e0) {
   uint32_t dm_bits;          // d, then m for the asymmetric formats
   std::memcpy(&dm_bits, b, kAsym ? 4 : 2);
   const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
-  const __m512 q = kAsym ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
-                         : _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512 q = kAsym ? codes_lo() : _mm512_sub_ps(codes_lo(), _mm512_set1_ps(8.0f));
   __m512 values = _mm512_mul_ps(q, _mm512_broadcastss_ps(dm));
   if constexpr (kAsym) {
     values = _mm512_add_ps(values, _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));
   }
-  const __m256bh t = _mm512_cvtneps_pbh(values);
-  const __m512i table = _mm512_castsi256_si512(reinterpret_cast<const __m256i&>(t));
   // Element e of the block: low nibble of byte e (e < G/2), else high nibble of byte e - G/2.
   const uint8_t* qs = b + (kAsym ? 4 : 2);
   const __m128i low4 = _mm_set1_epi8(0x0f);
@@ -153,9 +138,7 @@ STRATA_BF16 inline __m512bh nibble_chunk(const uint8_t* row, int64_t e0) {
     v0 = _mm_and_si128(v0, low4);
     v1 = _mm_and_si128(v1, low4);
   }
-  const __m512i idx = _mm512_cvtepu8_epi16(_mm256_set_m128i(v1, v0));
-  const __m512i w = _mm512_permutexvar_epi16(idx, table);
-  return reinterpret_cast<const __m512bh&>(w);
+  return pick(values, values, v0, v1);
 }
 
 // The same for the GGUF-only formats, as dequantize_gguf_row_ref makes them
@@ -180,35 +163,39 @@ STRATA_BF16 inline __m512 q6_values(const uint8_t* ql, const uint8_t* qh, int sh
   return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(q), _mm512_set1_epi32(32)));
 }
 
+// Q5_0, Q5_1, Q4_K and Q5_K through a table (pick): the 32 (16 for Q4_K)
+// values of the block or sub-block, made as dequant32_gguf makes each
+// element. The same bits, the arithmetic once per value.
 template <DType T>
-STRATA_BF16 inline void dequant32_gguf(const uint8_t* row, int64_t e0, __m512* lo, __m512* hi) {
+STRATA_BF16 inline __m512bh gguf_table_chunk(const uint8_t* row, int64_t e0) {
   constexpr int64_t kBytes = dtype_info_constexpr(T).block_bytes;
   constexpr int64_t G = dtype_info_constexpr(T).block_elems;
   const uint8_t* b = row + (e0 / G) * kBytes;
   const __m128i low4 = _mm_set1_epi8(0x0f);
   if constexpr (T == DType::kQ5_0 || T == DType::kQ5_1) {
     constexpr int kQs = T == DType::kQ5_0 ? 6 : 8;  // d [m] qh[4] qs[16]
-    const float d = f16_scalar(b);
+    const __m512 d = _mm512_set1_ps(f16_scalar(b));
     uint32_t qh;
     std::memcpy(&qh, b + kQs - 4, 4);
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQs));
-    // Bit j of qh is the fifth bit of element j: 16 bytes of 0x10 / 0 from 16 mask bits.
     const __m128i h0 = _mm_maskz_mov_epi8(static_cast<__mmask16>(qh & 0xFFFF), _mm_set1_epi8(0x10));
     const __m128i h1 = _mm_maskz_mov_epi8(static_cast<__mmask16>(qh >> 16), _mm_set1_epi8(0x10));
-    __m512 x0 = to_ps(_mm_or_si128(_mm_and_si128(v, low4), h0));
-    __m512 x1 = to_ps(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(v, 4), low4), h1));
+    const __m128i c0 = _mm_or_si128(_mm_and_si128(v, low4), h0);
+    const __m128i c1 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(v, 4), low4), h1);
+    __m512 q_lo = codes_lo(), q_hi = codes_hi();
     if constexpr (T == DType::kQ5_0) {
-      x0 = _mm512_sub_ps(x0, _mm512_set1_ps(16.0f));
-      x1 = _mm512_sub_ps(x1, _mm512_set1_ps(16.0f));
+      q_lo = _mm512_sub_ps(q_lo, _mm512_set1_ps(16.0f));
+      q_hi = _mm512_sub_ps(q_hi, _mm512_set1_ps(16.0f));
     }
-    *lo = _mm512_mul_ps(x0, _mm512_set1_ps(d));
-    *hi = _mm512_mul_ps(x1, _mm512_set1_ps(d));
+    __m512 t_lo = _mm512_mul_ps(q_lo, d), t_hi = _mm512_mul_ps(q_hi, d);
     if constexpr (T == DType::kQ5_1) {
       const __m512 m = _mm512_set1_ps(f16_scalar(b + 2));
-      *lo = _mm512_add_ps(*lo, m);
-      *hi = _mm512_add_ps(*hi, m);
+      t_lo = _mm512_add_ps(t_lo, m);
+      t_hi = _mm512_add_ps(t_hi, m);
     }
-  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
+    return pick(t_lo, t_hi, c0, c1);
+  } else {
+    static_assert(T == DType::kQ4_K || T == DType::kQ5_K);
     const int j = static_cast<int>((e0 % G) / 32);  // sub-block: low nibbles when even
     const auto [d, m] = kquant_sub_block(j, b + 4, f16_scalar(b), f16_scalar(b + 2));
     const uint8_t* qs = b + (T == DType::kQ4_K ? 16 : 48) + 32 * (j / 2);
@@ -229,22 +216,32 @@ STRATA_BF16 inline void dequant32_gguf(const uint8_t* row, int64_t e0, __m512* l
       v0 = _mm_add_epi8(v0, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h0, u), u), sixteen));
       v1 = _mm_add_epi8(v1, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h1, u), u), sixteen));
     }
-    *lo = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), to_ps(v0)), _mm512_set1_ps(m));
-    *hi = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), to_ps(v1)), _mm512_set1_ps(m));
-  } else {
-    static_assert(T == DType::kQ6_K);
-    const int64_t r = e0 % G;
-    const int64_t half = r / 128, quarter = (r % 128) / 32;  // which of q1..q4
-    const uint8_t* ql = b + 64 * half + (quarter % 2) * 32;
-    const uint8_t* qh = b + 128 + 32 * half;
-    const auto* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * quarter;
-    const float d = f16_scalar(b + 208);
-    const int shift = 2 * static_cast<int>(quarter);
-    *lo = _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(sc[0])),
-                        q6_values(ql, qh, shift, quarter >= 2));
-    *hi = _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(sc[1])),
-                        q6_values(ql + 16, qh + 16, shift, quarter >= 2));
+    const __m512 t_lo =
+        _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), codes_lo()), _mm512_set1_ps(m));
+    if constexpr (T == DType::kQ4_K) return pick(t_lo, t_lo, v0, v1);
+    const __m512 t_hi =
+        _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), codes_hi()), _mm512_set1_ps(m));
+    return pick(t_lo, t_hi, v0, v1);
   }
+}
+
+// Q6_K's 32 elements of a chunk, as dequantize_gguf_row_ref makes them
+// (gguf_blocks.h): (d*sc)*q with the two scales of the chunk's halves.
+STRATA_BF16 inline void dequant32_q6k(const uint8_t* row, int64_t e0, __m512* lo, __m512* hi) {
+  constexpr int64_t kBytes = dtype_info_constexpr(DType::kQ6_K).block_bytes;
+  constexpr int64_t G = dtype_info_constexpr(DType::kQ6_K).block_elems;
+  const uint8_t* b = row + (e0 / G) * kBytes;
+  const int64_t r = e0 % G;
+  const int64_t half = r / 128, quarter = (r % 128) / 32;  // which of q1..q4
+  const uint8_t* ql = b + 64 * half + (quarter % 2) * 32;
+  const uint8_t* qh = b + 128 + 32 * half;
+  const auto* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * quarter;
+  const float d = f16_scalar(b + 208);
+  const int shift = 2 * static_cast<int>(quarter);
+  *lo = _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(sc[0])),
+                      q6_values(ql, qh, shift, quarter >= 2));
+  *hi = _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(sc[1])),
+                      q6_values(ql + 16, qh + 16, shift, quarter >= 2));
 }
 
 // Elements [e0, e0 + 32) of a row of W (fewer at the end of the row: zero
@@ -278,8 +275,11 @@ STRATA_BF16 inline __m512bh w_chunk(const uint8_t* row, int64_t e0, int64_t k) {
     } else if constexpr (!dtype_info_constexpr(T).dequant_only &&
                          dtype_info_constexpr(T).bits == 4) {
       return nibble_chunk<T>(row, e0);
-    } else if constexpr (dtype_info_constexpr(T).dequant_only) {
-      dequant32_gguf<T>(row, e0, &lo, &hi);
+    } else if constexpr (T == DType::kQ5_0 || T == DType::kQ5_1 || T == DType::kQ4_K ||
+                         T == DType::kQ5_K) {
+      return gguf_table_chunk<T>(row, e0);
+    } else if constexpr (T == DType::kQ6_K) {
+      dequant32_q6k(row, e0, &lo, &hi);
     } else {
       dequant32<T>(row, e0, &lo, &hi);
     }
