@@ -21,6 +21,7 @@
 #include "quant/quant_ref.h"
 #include "support/all_close.h"
 #include "support/random.h"
+#include "support/random_weights.h"
 
 namespace strata::test {
 
@@ -284,34 +285,7 @@ inline std::vector<uint8_t> weight_rows(DType t, int64_t n_rows, int64_t n, size
     x[37] = INFINITY;
     x[x.size() - 5] = 70000.0f;
   }
-  for (int64_t r = 0; r < n_rows; ++r) {
-    uint8_t* dst = out.data() + static_cast<size_t>(r) * stride_bytes;
-    const float* src = x.data() + r * n;
-    switch (t) {
-      case DType::kF32:
-        std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-        break;
-      case DType::kF16:
-        for (int64_t j = 0; j < n; ++j) {
-          const uint16_t h = f32_to_f16(src[j]);
-          std::memcpy(dst + 2 * j, &h, 2);
-        }
-        break;
-      case DType::kBF16:
-        for (int64_t j = 0; j < n; ++j) {
-          const uint16_t h = f32_to_bf16(src[j]);
-          std::memcpy(dst + 2 * j, &h, 2);
-        }
-        break;
-      default:
-        if (dtype_info(t).dequant_only) {
-          random_gguf_row(t, dst, n, seed + static_cast<uint32_t>(r));
-        } else {
-          quantize_row_ref(t, src, dst, n);
-        }
-        break;
-    }
-  }
+  encode_weights(t, x.data(), n_rows, n, stride_bytes, seed, reinterpret_cast<char*>(out.data()));
   return out;
 }
 
