@@ -206,7 +206,9 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options, C
     transfer_plan_.weights_off[static_cast<size_t>(col)] = weights_->streams(col);
   }
   transfer_plan_.kv_off = kv_disk;
+  // Tied: the embed column computes from the head's load (one unit for both).
   transfer_plan_.tied_embeddings = weights_->tied();
+  STRATA_ASSERT(!weights_->tied() || weights_->disk_unit(0) == weights_->disk_unit(c.n_layer + 1));
 
   spdlog::info(
       "engine: {} on {}, compute {}, weights {}, KV {} in pages of {} tokens, block {} x {}",

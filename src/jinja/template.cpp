@@ -396,13 +396,15 @@ class Renderer {
       if (y.i > 0 && unit > 0 && y.i > kMaxOutput / unit) {
         error(line, fmt::format("repeating {} items {} times is too large", unit, y.i));
       }
+      // Nothing repeated any number of times is nothing (no loop over a huge count).
+      const int64_t times = unit > 0 ? y.i : 0;
       if (x.is_string()) {
         std::string s;
-        for (int64_t k = 0; k < y.i; ++k) s += x.s;
+        for (int64_t k = 0; k < times; ++k) s += x.s;
         return Value::string(s);
       }
       List l;
-      for (int64_t k = 0; k < y.i; ++k) l.insert(l.end(), x.list->begin(), x.list->end());
+      for (int64_t k = 0; k < times; ++k) l.insert(l.end(), x.list->begin(), x.list->end());
       return Value::list_of(std::move(l));
     }
     if (!x.is_number() || !y.is_number()) {

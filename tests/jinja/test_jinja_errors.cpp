@@ -46,6 +46,12 @@ TEST(JinjaErrors, NameTheTemplateAndTheLine) {
   expect_error("{% for x in xs recursive %}{% endfor %}", 1, "recursive loops are not supported");
 }
 
+TEST(JinjaErrors, NothingRepeatedAHugeNumberOfTimesIsNothingAtOnce) {
+  // Found by fuzzing: an empty list or string times 4e11 looped 4e11 times.
+  Template t("{{ '' * 415555555555 }}|{{ ([] * 415555555555) | length }}", "t.jinja");
+  EXPECT_EQ(t.render({}), "|0");
+}
+
 TEST(JinjaErrors, RunawayTemplatesStopWithAnError) {
   // A template is a model file's content: it must not hang, exhaust memory
   // or overflow the stack, whatever it says.
