@@ -16,7 +16,9 @@
 #include "cli/offload_flags.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "generate/engine.h"
 #include "model/model.h"
+#include "offload/device_support.h"
 #include "policy/cost_model.h"
 #include "policy/hardware.h"
 #include "policy/model_shape.h"
@@ -167,6 +169,14 @@ int run_policy(const PolicyArgs& a) {
   if (!a.disk_mem.empty())
     budgets.disk = static_cast<double>(parse_bytes(a.disk_mem, "--disk-mem"));
 
+  // Sparse attention runs on the engine's CPU device only (its CUDA device
+  // has none): a budget for a GPU profile is refused as the engine would.
+  const auto check_sparse_budget = [&](int64_t budget) {
+    DeviceCaps caps = device_caps(hw.unified_memory() ? "cpu" : "cuda");
+    caps.name = fmt::format("{} (a GPU)", hw.name);
+    check_sparse(caps, budget, EngineOptions{}.page_size);
+  };
+
   std::optional<Compression> cw, ckv;
   if (!a.compress_weight.empty()) cw = parse_compression(a.compress_weight, "--compress-weight");
   if (!a.compress_kv.empty()) ckv = parse_compression(a.compress_kv, "--compress-kv");
@@ -189,6 +199,7 @@ int run_policy(const PolicyArgs& a) {
     if (ckv) policy.compress_kv = *ckv;
     if (a.sparse_budget) policy.sparse_attention_budget = *a.sparse_budget;
     validate_policy(policy, a.policy_file.empty() ? "policy flags" : a.policy_file);
+    check_sparse_budget(policy.sparse_attention_budget);
     policy = normalize_policy(policy, hw);
     pr = predict(shape, hw, work, policy, budgets);
   } else {
@@ -199,6 +210,7 @@ int run_policy(const PolicyArgs& a) {
     if (cw) opts.compress_weight = *cw;
     if (ckv) opts.compress_kv = *ckv;
     opts.sparse_attention_budget = a.sparse_budget.value_or(0);
+    check_sparse_budget(opts.sparse_attention_budget);
     if (percent) {
       for (int i = 0; i < kNumShares; ++i) opts.fixed[i] = percent->share[i];
     }

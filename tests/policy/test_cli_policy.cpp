@@ -162,6 +162,8 @@ TEST(CliPolicy, BadInputIsOneLineAndExitCodeOne) {
        "/nonexistent/hw.yaml: cannot open"},
       {"policy --model opt-175b --hardware t4 --cpu-mem 16G --disk-mem 0", "does not fit"},
       {"policy --model opt-30b --hardware t4 --prompt-len 2040 --gen-len 32", "tokens of context"},
+      {"policy --model opt-30b --hardware t4 --sparse-budget 512",
+       "--sparse-budget 512: sparse attention runs on the CPU only"},
   };
   for (const Case& c : cases) {
     const CliRun r = run_strata(c.args);
