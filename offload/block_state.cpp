@@ -162,6 +162,10 @@ bool BlockState::begin_step(int32_t step) {
       n_tokens += n_new;
       active_.insert(active_.end(), static_cast<size_t>(all_rows_ ? 1 : rows), b);
     }
+    if (sparse_pages_ == 0) {
+      for (int64_t gi = 0; gi < m.n_groups; ++gi)
+        m.groups[static_cast<size_t>(gi)].host.drop_touched();
+    }
     if (sparse_pages_ > 0 && step > prefill) {
       for (int64_t gi = 0; gi < m.n_groups; ++gi) {
         m.groups[static_cast<size_t>(gi)].host.plan_sparse(sparse_pages_, sparse_keep_first_,

@@ -306,6 +306,7 @@ class Bench {
                                            static_cast<size_t>(per_seq));
       h.add_sequence(tokens, cached, pages, kPage, false, c.learned_pos ? c.pos_offset : -1);
     }
+    if (eo_.sparse_budget == 0) h.drop_touched();  // as the engine's blocks do
     return h;
   }
 
