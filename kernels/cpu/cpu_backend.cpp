@@ -169,8 +169,9 @@ void CpuBackend::matmul_parts(float* y, int64_t y_stride, const float* x, int64_
   int64_t rows = 0;
   for (size_t i = 0; i < n_parts; ++i) {
     const MatmulPart& p = parts[i];
-    if (p.w.cols != k)
+    if (p.w.cols != k) {
       fail("cpu backend: matmul_parts: part {} has {} columns, part 0 {}", i, p.w.cols, k);
+    }
     ws[i] = {p.w.data, p.w.dtype, p.w.row_bytes, p.bias, p.w.rows};
     rows += p.w.rows;
   }
