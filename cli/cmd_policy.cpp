@@ -300,7 +300,8 @@ const Command kPolicy{
           "--no-cpu-attention", [a](int64_t) { a->cpu_attention = 0; },
           "Run all attention on the GPU");
       sub.add_option("--sparse-budget", a->sparse_budget,
-                     "Sparse attention: KV tokens attended per sequence in decode (0 = dense)");
+                     "Sparse attention: KV tokens attended per sequence in decode (0 = dense; "
+                     "CPU profiles only, as the engine)");
       sub.add_option("--policy", a->policy_file, "Evaluate this policy YAML instead of searching");
       sub.add_option("--max-block", a->max_block, "Largest block (sequences) the search considers")
           ->capture_default_str();
