@@ -141,15 +141,6 @@ STRATA_BF16 inline __m512bh nibble_chunk(const uint8_t* row, int64_t e0) {
   return pick(values, values, v0, v1);
 }
 
-// The same for the GGUF-only formats, as dequantize_gguf_row_ref makes them
-// (gguf_blocks.h): Q5_0 q*d, Q5_1 q*d + m, Q4_K / Q5_K (d*sc)*q - (dmin*mn)
-// for the 32 elements of one sub-block, Q6_K (d*sc)*q with the two scales
-// of the chunk's halves.
-// 16 unsigned bytes as 16 floats.
-STRATA_BF16 inline __m512 to_ps(__m128i v) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
-}
-
 // Q6_K: 16 values from 16 low-nibble sources `ql`, the 2-bit highs of `qh`
 // at `shift`, high nibbles when `upper`, minus 32.
 STRATA_BF16 inline __m512 q6_values(const uint8_t* ql, const uint8_t* qh, int shift, bool upper) {
@@ -164,8 +155,10 @@ STRATA_BF16 inline __m512 q6_values(const uint8_t* ql, const uint8_t* qh, int sh
 }
 
 // Q5_0, Q5_1, Q4_K and Q5_K through a table (pick): the 32 (16 for Q4_K)
-// values of the block or sub-block, made as dequant32_gguf makes each
-// element. The same bits, the arithmetic once per value.
+// values of the block or sub-block, each as dequantize_gguf_row_ref makes
+// it (gguf_blocks.h): Q5_0 q*d, Q5_1 q*d + m, Q4_K / Q5_K (d*sc)*q -
+// (dmin*mn) for the 32 elements of one sub-block. The same bits as widening
+// each element, the arithmetic once per value.
 template <DType T>
 STRATA_BF16 inline __m512bh gguf_table_chunk(const uint8_t* row, int64_t e0) {
   constexpr int64_t kBytes = dtype_info_constexpr(T).block_bytes;
@@ -178,6 +171,7 @@ STRATA_BF16 inline __m512bh gguf_table_chunk(const uint8_t* row, int64_t e0) {
     uint32_t qh;
     std::memcpy(&qh, b + kQs - 4, 4);
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQs));
+    // Bit j of qh is the fifth bit of element j: 16 bytes of 0x10 / 0 from 16 mask bits.
     const __m128i h0 = _mm_maskz_mov_epi8(static_cast<__mmask16>(qh & 0xFFFF), _mm_set1_epi8(0x10));
     const __m128i h1 = _mm_maskz_mov_epi8(static_cast<__mmask16>(qh >> 16), _mm_set1_epi8(0x10));
     const __m128i c0 = _mm_or_si128(_mm_and_si128(v, low4), h0);
