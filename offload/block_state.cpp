@@ -153,6 +153,7 @@ bool BlockState::begin_step(int32_t step) {
         if (static_cast<int64_t>(m.groups.size()) == m.n_groups) m.groups.emplace_back();
         Group& gr = m.groups[static_cast<size_t>(m.n_groups++)];
         gr.host.clear();
+        gr.host.track_touched = sparse_pages_ > 0;
         gr.token0 = n_tokens;
         gr.row0 = static_cast<int64_t>(active_.size());
       }
@@ -161,10 +162,6 @@ bool BlockState::begin_step(int32_t step) {
           toks, start, kv_.pages(s.kv), page_size_, rows_each, pos_offset_);
       n_tokens += n_new;
       active_.insert(active_.end(), static_cast<size_t>(all_rows_ ? 1 : rows), b);
-    }
-    if (sparse_pages_ == 0) {
-      for (int64_t gi = 0; gi < m.n_groups; ++gi)
-        m.groups[static_cast<size_t>(gi)].host.drop_touched();
     }
     if (sparse_pages_ > 0 && step > prefill) {
       for (int64_t gi = 0; gi < m.n_groups; ++gi) {

@@ -297,6 +297,7 @@ class Bench {
     const int64_t per_seq = (cached + n_new + kPage - 1) / kPage;
     STRATA_ASSERT(n_seq * per_seq <= static_cast<int64_t>(pages_.size()));
     MicroBatchHost h;
+    h.track_touched = eo_.sparse_budget > 0;  // as the engine's blocks do
     std::vector<int32_t> tokens(static_cast<size_t>(n_new));
     for (int64_t s = 0; s < n_seq; ++s) {
       for (int64_t i = 0; i < n_new; ++i) {
@@ -306,7 +307,6 @@ class Bench {
                                            static_cast<size_t>(per_seq));
       h.add_sequence(tokens, cached, pages, kPage, false, c.learned_pos ? c.pos_offset : -1);
     }
-    if (eo_.sparse_budget == 0) h.drop_touched();  // as the engine's blocks do
     return h;
   }
 

@@ -164,6 +164,7 @@ void DraftModel::forward_chunk(std::span<const size_t> chunk, std::span<const Re
   const int64_t page = kv_->geometry().page_size;
   const int64_t pos_offset = c.learned_pos ? c.pos_offset : -1;
   host_.clear();
+  host_.track_touched = false;  // dense attention: no key min/max
   for (size_t i : chunk) {
     Seq& s = seqs_[static_cast<size_t>(requests[i].seq)];
     const int64_t start = kv_->extend(s.kv, static_cast<int64_t>(feed[i].size()));
@@ -171,7 +172,6 @@ void DraftModel::forward_chunk(std::span<const size_t> chunk, std::span<const Re
     host_.add_sequence(feed[i], start, kv_->pages(s.kv), page, false, pos_offset);
     s.cached.insert(s.cached.end(), feed[i].begin(), feed[i].end());
   }
-  host_.drop_touched();  // dense attention: no key min/max
   const int64_t n_tokens = host_.n_tokens(), n_out = host_.n_seq();
   const size_t hidden_bytes = static_cast<size_t>(n_tokens * c.n_embd) * sizeof(float);
   const size_t logits_bytes = static_cast<size_t>(n_out * c.n_vocab) * sizeof(float);

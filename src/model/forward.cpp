@@ -67,7 +67,7 @@ void MicroBatchHost::add_sequence(std::span<const int32_t> new_tokens, int64_t s
   }
   if (!all_rows) out_rows.push_back(static_cast<int32_t>(row0 + n - 1));
   // Pages that receive new keys, each with its fill after the step.
-  for (int64_t p = start / page_size; p * page_size < len; ++p) {
+  for (int64_t p = start / page_size; track_touched && p * page_size < len; ++p) {
     touched.push_back(pages[static_cast<size_t>(p)]);
     n_filled.push_back(static_cast<int32_t>(std::min(page_size, len - p * page_size)));
   }

@@ -57,13 +57,11 @@ struct MicroBatchHost {
 
   int64_t n_seq() const { return static_cast<int64_t>(kv_len.size()); }
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  // Whether add_sequence lists the pages it writes (touched, n_filled): their
+  // key min/max serve sparse attention only, so a run without it lists none
+  // and kv_append folds nothing. A setting: clear() keeps it.
+  bool track_touched = true;
   void clear();
-  // Lists no touched pages: their key min/max serve sparse attention only,
-  // so a run without it keeps none (kv_append folds nothing).
-  void drop_touched() {
-    touched.clear();
-    n_filled.clear();
-  }
   // Appends a sequence whose new tokens `tokens` start at position `start`
   // (tokens 0..start-1 are cached); `pages` is its page table covering
   // start + tokens.size() keys. all_rows: every new token's logits are
