@@ -393,7 +393,10 @@ class Renderer {
     if (op == "*" && ((x.is_string() || x.is_list()) && y.kind == K::kInt)) {
       const int64_t unit =
           x.is_string() ? static_cast<int64_t>(x.s.size()) : static_cast<int64_t>(x.list->size());
-      if (y.i > 0 && unit > 0 && y.i > kMaxOutput / unit) {
+      // A string up to the output's size; a list up to the items a loop may
+      // visit (copying millions of values is a hang of its own).
+      const int64_t limit = x.is_string() ? kMaxOutput : kMaxIterations;
+      if (y.i > 0 && unit > 0 && y.i > limit / unit) {
         error(line, fmt::format("repeating {} items {} times is too large", unit, y.i));
       }
       // Nothing repeated any number of times is nothing (no loop over a huge count).

@@ -60,6 +60,7 @@ TEST(JinjaErrors, RunawayTemplatesStopWithAnError) {
   expect_error("{{ -(-9223372036854775807 - 1) }}", 1, "integer overflow");
   expect_error("{{ 99999999999999999999 }}", 1, "out of range");
   expect_error("{{ 'xx' * 100000000 }}", 1, "too large");
+  expect_error("{% set m = [1, 2] %}{{ m * 400000 }}", 1, "too large");
   expect_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
                1, "more than 100000 loop iterations");
   expect_error("{% set ns = namespace() %}{% set ns.me = ns %}\n{{ ns.me | tojson }}", 2,
