@@ -63,7 +63,11 @@ struct DiskMeasureOptions {
   // The same at smaller requests (a small model's layer), stream_sized_bytes
   // per pass at most.
   std::vector<size_t> stream_sizes{size_t{1} << 20, size_t{4} << 20, size_t{16} << 20};
+  uint64_t stream_total_bytes = uint64_t{512} << 20;  // per pass of stream_bytes requests
   uint64_t stream_sized_bytes = uint64_t{256} << 20;
+  // Rounds over all the sizes (at least `repeats`), after one to warm up;
+  // each rate is the bytes over the time summed over the rounds.
+  int stream_rounds = 4;
   int stream_in_flight = 2;
   size_t chunk_bytes = size_t{1} << 20;
   int chunk_depth = 16;
@@ -81,7 +85,10 @@ struct DiskMeasureOptions {
 
 struct DiskRates {
   RunTimes read, write, write_kv;  // seconds per pass
-  RunTimes read_stream;            // seconds per read pass as the engine loads weights
+  // Seconds per read pass as the engine loads weights, of stream_pass_bytes;
+  // this and read_stream_sized: the mean pass over interleaved rounds
+  // (`median` holds it; DiskMeasureOptions::stream_rounds).
+  RunTimes read_stream;
   // Per size of DiskMeasureOptions::stream_sizes: seconds per pass of
   // stream_sized_pass_bytes[i] in requests of that size.
   std::vector<size_t> stream_sizes;
@@ -93,15 +100,16 @@ struct DiskRates {
   std::vector<RunTimes> read_kv;
   std::vector<uint64_t> kv_read_pass_bytes;
   size_t stream_bytes = 0;
-  uint64_t file_bytes = 0;     // bytes per read or write pass
-  uint64_t kv_pass_bytes = 0;  // bytes per KV write pass
+  uint64_t stream_pass_bytes = 0;  // bytes per read_stream pass
+  uint64_t file_bytes = 0;         // bytes per read or write pass
+  uint64_t kv_pass_bytes = 0;      // bytes per KV write pass
   size_t block_bytes = 0, kv_block_bytes = 0;
   int queue_depth = 0;
   bool direct = true;   // false: the filesystem has no O_DIRECT, the page cache was in the way
   std::string backend;  // "io_uring" or "threads"
   double read_bytes_per_s() const { return read.rate(static_cast<double>(file_bytes)); }
   double read_stream_bytes_per_s() const {
-    return read_stream.rate(static_cast<double>(file_bytes / stream_bytes * stream_bytes));
+    return read_stream.rate(static_cast<double>(stream_pass_bytes));
   }
   double write_bytes_per_s() const { return write.rate(static_cast<double>(file_bytes)); }
   double write_kv_bytes_per_s() const { return write_kv.rate(static_cast<double>(kv_pass_bytes)); }

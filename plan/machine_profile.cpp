@@ -379,14 +379,16 @@ std::string measure_machine(const ProfileRequest& a) {
        "# K/M/G = 2^10/2^20/2^30 bytes; TFLOP/s = 10^12 FLOP/s.\n";
   h += "#   memory.cpu: RAM (MemTotal, or the cgroup limit when lower)\n";
   h += fmt::format("#   memory.disk: free space in {} after the measurement\n", dir);
-  const double stream_file_b =
-      static_cast<double>(disk.file_bytes / disk.stream_bytes * disk.stream_bytes);
-  h += fmt::format("#   links.disk_to_cpu: {}\n", rate_with_range(disk.read_stream, stream_file_b));
+  const double stream_pass_b = static_cast<double>(disk.stream_pass_bytes);
+  h += fmt::format("#   links.disk_to_cpu: {}\n", rate_with_range(disk.read_stream, stream_pass_b));
   h += fmt::format(
-      "#     sequential reads of a {} file in {} as weight loads are read:\n"
-      "#     {} requests, 2 in flight, each cut into 1M chunks, 16 in flight, {}, {}\n",
-      format_bytes(file_b), dir, format_bytes(static_cast<double>(disk.stream_bytes)), disk.backend,
-      disk.direct ? "O_DIRECT" : "buffered (no O_DIRECT here: the page cache helped)");
+      "#     sequential reads of {} of a file in {} as weight loads are read:\n"
+      "#     {} requests, 2 in flight, each cut into 1M chunks, 16 in flight, {}, {};\n"
+      "#     this and the sizes below in turn, {} rounds, each rate the bytes over the\n"
+      "#     time of all its rounds (a virtual disk can run fast and slow by turns)\n",
+      format_bytes(stream_pass_b), dir, format_bytes(static_cast<double>(disk.stream_bytes)),
+      disk.backend, disk.direct ? "O_DIRECT" : "buffered (no O_DIRECT here: the page cache helped)",
+      disk.read_stream.n);
   h += fmt::format("#     (one {} block per request, {} in flight: {})\n",
                    format_bytes(static_cast<double>(disk.block_bytes)), disk.queue_depth,
                    rate_with_range(disk.read, file_b));

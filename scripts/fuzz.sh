@@ -7,7 +7,8 @@
 # fuzz/corpus/<target>/ plus a working corpus in build-fuzz/corpus/<target>/
 # (kept between runs). An input is a finding when it crashes, trips a
 # sanitizer, leaks, or takes more than 1 s. Prints executions, coverage and
-# findings per target; crash reproducers are left in build-fuzz/findings/.
+# findings of this run per target; crash reproducers are left in
+# build-fuzz/findings/ (those of earlier runs are kept and not counted).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET ...]     e.g. scripts/fuzz.sh 600 gguf
 #   scripts/fuzz.sh --runs N [TARGET ...]      N executions per target instead
@@ -68,6 +69,9 @@ for t in "${targets[@]}"; do
   [ -z "$runs" ] || limit=(-runs="$runs")
   if [ -n "$runs" ]; then what="$runs runs"; else what="$seconds s"; fi
   echo "fuzz: $t ($what, $jobs job(s))"
+  # Findings of earlier runs stay where they are; this run counts its own.
+  stamp=build-fuzz/findings/$t/.started
+  touch "$stamp"
   set +e
   if [ "$jobs" -gt 1 ]; then
     [ -n "$runs" ] && limit=(-runs="$(( runs / jobs ))")
@@ -86,7 +90,7 @@ for t in "${targets[@]}"; do
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | awk '{s += $2} END {print s + 0}')
   cov=$(grep -oE '(#[0-9]+|DONE).*cov: [0-9]+' "$log" | tail -1 | grep -oE 'cov: [0-9]+' | awk '{print $2}')
   ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -1 | awk '{print $2}')
-  found=$(find "build-fuzz/findings/$t" -type f | wc -l)
+  found=$(find "build-fuzz/findings/$t" -type f ! -name .started -newer "$stamp" | wc -l)
   verdict=ok
   if [ "$rc" -ne 0 ] || [ "$found" -gt 0 ]; then verdict="FINDING (see $log)"; status=1; fi
   rows+=("$(printf '%-18s %12s %8s %8s %9s  %s' "$t" "${execs:-0}" "${cov:-?}" "${ft:-?}" "$found" "$verdict")")

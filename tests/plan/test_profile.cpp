@@ -208,7 +208,7 @@ TEST(Profile, WithoutOutputPrintsTheYamlOnStdout) {
   const HardwareProfile hw = parse_hardware_profile(r.out, "stdout of strata profile");
   EXPECT_EQ(hw.name, "bench-box");
   expect_measured(hw);
-  EXPECT_NE(r.out.find("sequential reads of a 64.0M file"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sequential reads of 64.0M of a file"), std::string::npos) << r.out;
   // Progress went to stderr, not into the YAML.
   EXPECT_EQ(r.out.find("[info]"), std::string::npos);
   EXPECT_NE(r.err.find("profile:"), std::string::npos);
@@ -266,6 +266,40 @@ TEST(Profile, UnwritableOutputFailsBeforeMeasuring) {
   expect_one_line_failure(
       run_strata({"profile", "--offload-dir", s.dir.string(), "-o", s.dir.string()}, s.dir),
       {s.dir.string(), "is a directory"});
+}
+
+// The weight-load reads: every size timed once per round (rounds interleaved
+// over the sizes), each rate the bytes over the time of all its passes, so
+// that it lies between its slowest and fastest pass.
+TEST(Profile, WeightReadsAreTimedInInterleavedRounds) {
+  Scratch s("stream");
+  DiskMeasureOptions o;
+  o.file_bytes = uint64_t{32} << 20;
+  o.kv_bytes = uint64_t{4} << 20;
+  o.repeats = 1;
+  o.stream_rounds = 3;
+  o.stream_bytes = size_t{8} << 20;
+  o.stream_total_bytes = uint64_t{20} << 20;  // two requests of 8M per pass
+  o.stream_sizes = {size_t{1} << 20, size_t{4} << 20, size_t{8} << 20};  // 8M: not below
+  o.stream_sized_bytes = uint64_t{8} << 20;
+  o.kv_read_sizes = {size_t{16} << 10};
+  o.kv_read_requests = 64;
+  const DiskRates r = measure_disk(s.dir.string(), o);
+  EXPECT_EQ(r.stream_pass_bytes, uint64_t{16} << 20);
+  EXPECT_EQ(r.read_stream.n, 3);
+  ASSERT_EQ(r.stream_sizes, (std::vector<size_t>{size_t{1} << 20, size_t{4} << 20}));
+  ASSERT_EQ(r.read_stream_sized.size(), 2u);
+  std::vector<RunTimes> all = r.read_stream_sized;
+  all.push_back(r.read_stream);
+  for (const RunTimes& t : all) {
+    EXPECT_EQ(t.n, 3);
+    EXPECT_GT(t.lo, 0);
+    EXPECT_LE(t.lo, t.median);
+    EXPECT_LE(t.median, t.hi);
+    EXPECT_NEAR(t.wall_s, 3 * t.median, 1e-9 * t.wall_s);  // the mean pass
+  }
+  EXPECT_GT(r.read_stream_bytes_per_s(), 0);
+  EXPECT_TRUE(fs::is_empty(s.dir));  // the scratch file is gone
 }
 
 TEST(Profile, CheckOffloadDirNamesTheProblem) {
