@@ -292,18 +292,20 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
     if (total == 0) continue;
     passes.push_back({size, total, {}});
   }
+  // One disk I/O layer and two request buffers of the largest size for every
+  // pass (a smaller request fills the start of its buffer), set up once.
+  std::vector<AlignedBuffer> big;
+  DiskIoOptions so;
+  so.chunk_bytes = o.chunk_bytes;
+  so.queue_depth = o.chunk_depth;
+  for (int i = 0; i < o.stream_in_flight; ++i) {
+    big.emplace_back(r.stream_bytes);
+    so.fixed_buffers.push_back(big.back().bytes());
+  }
+  DiskIo stream_engine(so);
+  std::vector<Ticket> st(static_cast<size_t>(o.stream_in_flight));
   for (int round = -1; round < std::max(o.repeats, o.stream_rounds); ++round) {
     for (StreamPass& p : passes) {
-      std::vector<AlignedBuffer> big;
-      DiskIoOptions so;
-      so.chunk_bytes = o.chunk_bytes;
-      so.queue_depth = o.chunk_depth;
-      for (int i = 0; i < o.stream_in_flight; ++i) {
-        big.emplace_back(p.size);
-        so.fixed_buffers.push_back(big.back().bytes());
-      }
-      DiskIo stream_engine(so);
-      std::vector<Ticket> st(static_cast<size_t>(o.stream_in_flight));
       const auto t0 = std::chrono::steady_clock::now();
       for (uint64_t b = 0; b < p.total / p.size; ++b) {
         const size_t slot = b % st.size();
