@@ -30,6 +30,7 @@
 #include "offload/measure.h"
 #include "offload/pack.h"
 #include "plan/machine_profile.h"
+#include "policy/search.h"
 #include "quant/convert.h"
 #include "quant/quant.h"
 
@@ -41,7 +42,11 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kPage = 16;
 constexpr int64_t kShortCtx = 16;  // keys of a decode point: 15 cached + the new one
-const std::vector<int64_t> kDecodeRows{1, 2, 4, 8, 16, 32, 64, 128};
+// Decode and head points at every micro-batch size the search considers up
+// to 128 (1, 2, 3, 4, 6, 8, 12, ...): the CPU kernels take rows of x in
+// tiles (12 rows cost about a tile of 8 plus one of 4), so a time between
+// two powers of two is not their interpolation.
+const std::vector<int64_t> kDecodeRows = gpu_batch_candidates(128);
 constexpr int64_t kSlopeRows = 8;
 constexpr int64_t kLongCtx = 1024;
 const std::vector<int64_t> kPrefillSeqs{1, 4, 16, 32, 64};  // of kPage tokens each

@@ -240,15 +240,25 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double dev_bw = hw.device_mem_bandwidth;
   // A layer's weights on disk are one request (at most two in flight).
   const double d2c_w = hw.weight_read_rate(w_layer);
-  // KV on disk: a sequence's pages of one layer are records in extents of
-  // consecutive slots (core/kv_layout.h), read an extent (or the pages the
-  // sequence has, on average over the decode) per request.
+  // KV on disk: a sequence's disk pages of one layer are records in extents
+  // of consecutive slots (core/kv_layout.h), read an extent (or the disk
+  // pages the sequence has, on average over the decode) per request. The
+  // share of its pages on disk sets that request size: it is taken at the
+  // policy's own KV disk share, or all pages when the policy has none on
+  // disk (the search solves again at the share the LP found: search.cpp).
+  const double kv_disk_hint = pol.placement.disk(DataKind::kKv) > 0
+                                  ? std::min(1.0, pol.placement.disk(DataKind::kKv))
+                                  : 1.0;
   const auto kv_page = static_cast<uint64_t>(std::ceil(kKvPageTokens * kv_dim * kv_bytes));
   const auto pages_of = [](double tokens) {
     return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(tokens / kKvPageTokens)));
   };
+  const auto disk_pages_of = [&](double tokens) {
+    const double pages = static_cast<double>(pages_of(tokens)) * kv_disk_hint;
+    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(pages - 1e-9)));
+  };
   const int64_t kv_run =
-      std::min(kv_disk_extent_pages(kv_page, pages_of(ctx_end)), pages_of(ctx_read));
+      std::min(kv_disk_extent_pages(kv_page, disk_pages_of(ctx_end)), disk_pages_of(ctx_read));
   const double d2c_kv =
       hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page) * kv_run));
   const double d2c_kv_page = hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page)));
@@ -352,13 +362,16 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     StepCost& st = phase == Phase::kPrefill ? m.prefill_head : m.decode_head;
     const Affine gemm = affine_constant(phase == Phase::kPrefill ? head_prefill : head_decode);
     const double embed_s = w_embed > 0 ? w_embed / hw.weight_read_rate(w_embed) : 0.0;
-    const Affine d2c_s = (w_head / hw.weight_read_rate(w_head) + embed_s) * disk(W);
+    Affine d2c_s = (w_head / hw.weight_read_rate(w_head) + embed_s) * disk(W);
     if (unified) {
       // The engine's load of the embeddings' disk share queues behind the
       // head's (both issued with the head's compute, which is short) and
       // the head's behind the last layer's: each is waited for by the
       // compute that needs it next, with nothing to overlap, so the step
       // is their sum (see the trace of a decode with the weights on disk).
+      // Likewise the first micro-batch's KV read for the first layer: a
+      // step's page reads are planned when it begins, after the head.
+      if (phase == Phase::kDecode) d2c_s += (kv_disk_s * g) * disk(KV);
       st.terms = {{"disk->cpu", d2c_s}, {gemm_name, gemm}};
       st.bounds = {{"disk->cpu + compute", {0, 1}}};
     } else {

@@ -8,7 +8,11 @@
 // (weights, KV cache, activations on gpu / cpu; disk holds the rest), so
 // that the same numbers serve two callers: evaluate() plugs in a policy's
 // fractions, and the linear program (placement_lp.h) optimises over them.
-// The LP and the dry run therefore cannot disagree about a policy.
+// The LP and the dry run therefore cannot disagree about a policy. One
+// constant comes from the policy's own placement: the size of a KV read
+// from disk (a sequence's disk pages of a layer), from its KV disk share
+// (all pages when it has none there); the search solves again at the share
+// the LP found (search.cpp).
 //
 // Vocabulary: L layers, s prompt tokens, n generated tokens, g = gpu batch
 // size, k = number of gpu batches, B = g*k sequences per block. A step runs

@@ -16,6 +16,10 @@ namespace strata {
 namespace {
 
 constexpr int64_t kMaxGpuBatch = 1024;
+// Rounds of the placement LP per batch shape while the KV disk share moves
+// by more than kKvShareSettled (Searcher::solve).
+constexpr int kKvShareRounds = 4;
+constexpr double kKvShareSettled = 0.01;
 
 struct Candidate {
   bool feasible = false;
@@ -46,11 +50,24 @@ class Searcher {
   Candidate solve(int64_t gbs, int64_t nb, bool cpu_attention) {
     const auto key = std::make_tuple(gbs, nb, cpu_attention);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-    const CostModel m =
-        build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, cpu_attention), opts_.compute);
-    PlacementResult r = solve_placement(m, budgets_, opts_.fixed);
-    ++n_lp_;
-    if (r.feasible && opts_.engine_fit) r = engine_checked(m, gbs, nb, cpu_attention, r);
+    // The cost of reading KV from disk depends on the share of it there (the
+    // request size: cost_model.cpp), which the model takes from the policy:
+    // first all of a sequence's pages, then the share the LP found, solved
+    // again until the share settles.
+    Policy p = policy_for(gbs, nb, cpu_attention);
+    PlacementResult r;
+    for (int round = 0; round < kKvShareRounds; ++round) {
+      const CostModel m = build_cost_model(shape_, hw_, work_, p, opts_.compute);
+      r = solve_placement(m, budgets_, opts_.fixed);
+      ++n_lp_;
+      if (r.feasible && opts_.engine_fit) r = engine_checked(m, gbs, nb, cpu_attention, r);
+      if (!r.feasible) break;
+      const double assumed =
+          p.placement.disk(DataKind::kKv) > 0 ? p.placement.disk(DataKind::kKv) : 1;
+      const double found = r.x.disk(DataKind::kKv);
+      if (found <= 0 || std::abs(found - assumed) < kKvShareSettled) break;
+      p.placement = r.x;
+    }
     Candidate c{r.feasible, r.seconds_per_token, r.x};
     cache_.emplace(key, c);
     return c;

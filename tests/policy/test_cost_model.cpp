@@ -375,13 +375,27 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
   t.hw.disk_to_cpu_kv = {{4096, 10}, {16384, 40}};
   const CostModel kv = build_cost_model(t.shape, t.hw, t.work, t.pol);
   EXPECT_REL(term(kv.decode_layer, "disk->cpu", x), kWl * 0.25 / 100 + kKt * 10 * 6 * 0.25 / 10);
-  // Longer sequences keep their pages in extents of consecutive records: a
-  // request reads the pages a sequence has on average over the decode
-  // (s + n/2 = 228 tokens: 15 records of 4K), here below the 1 MiB extent.
+  // Longer sequences keep their disk pages in extents of consecutive
+  // records: a request reads the disk pages a sequence has on average over
+  // the decode (s + n/2 = 228 tokens: 15 pages, of which the policy's KV
+  // disk share, a quarter, is 4 records of 4K), here below the 1 MiB extent.
   t.hw.disk_to_cpu_kv = {{4096, 10}, {65536, 40}};
   const CostModel longer = build_cost_model(t.shape, t.hw, {200, 56}, t.pol);
-  const double rate = 10 + 30 * std::log2(15.0) / 4;  // log2-interpolated at 60K
   EXPECT_REL(term(longer.decode_layer, "disk->cpu", x),
+             kWl * 0.25 / 100 + kKt * 228 * 6 * 0.25 / 25);  // log2-interpolated at 16K
+  // With all of the KV on disk all 15 records are one request.
+  Policy kv_on_disk = t.pol;
+  kv_on_disk.placement.set(DataKind::kKv, 0, 0);
+  const Placement xd = normalize_policy(kv_on_disk, t.hw).placement;
+  const CostModel all_disk = build_cost_model(t.shape, t.hw, {200, 56}, kv_on_disk);
+  const double rate = 10 + 30 * std::log2(15.0) / 4;  // log2-interpolated at 60K
+  EXPECT_REL(term(all_disk.decode_layer, "disk->cpu", xd), kWl * 0.25 / 100 + kKt * 228 * 6 / rate);
+  // A policy without KV on disk prices a KV read as if all pages were there
+  // (the search's first solve, search.cpp).
+  Policy kv_in_ram = t.pol;
+  kv_in_ram.placement.set(DataKind::kKv, 0, 1);
+  const CostModel in_ram = build_cost_model(t.shape, t.hw, {200, 56}, kv_in_ram);
+  EXPECT_REL(term(in_ram.decode_layer, "disk->cpu", x),
              kWl * 0.25 / 100 + kKt * 228 * 6 * 0.25 / rate);
   // With weight read rates by request size, a layer's weights are read at
   // the rate of one layer's bytes (here half way in log2: 4x each side).
@@ -398,15 +412,19 @@ TEST(PolicyCostModel, TiedEmbeddingsAreReadOncePerDecodeStep) {
   t.pol.placement.set(DataKind::kWeights, 0, 0);  // all on disk
   const Placement x = normalize_policy(t.pol, t.hw).placement;
   const CostModel untied = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  // A decode step begins with the first micro-batch's KV read for the first
+  // layer, overlapped by nothing: its g = 2 sequences' disk quarter of their
+  // s + n/2 = 10 tokens.
+  const double first_kv = kKt * 10 * 2 * 0.25 / 100;
   // Untied: every step reads the embeddings and the head.
   EXPECT_REL(term(untied.prefill_head, "disk->cpu", x), 2 * kWh / 100);
-  EXPECT_REL(term(untied.decode_head, "disk->cpu", x), 2 * kWh / 100);
+  EXPECT_REL(term(untied.decode_head, "disk->cpu", x), 2 * kWh / 100 + first_kv);
   // Tied: the head is the embedding table, read again by the prefill; a
   // decode step's embeddings are the previous step's head load.
   t.shape.tied_embeddings = true;
   const CostModel tied = build_cost_model(t.shape, t.hw, t.work, t.pol);
   EXPECT_REL(term(tied.prefill_head, "disk->cpu", x), 2 * kWh / 100);
-  EXPECT_REL(term(tied.decode_head, "disk->cpu", x), kWh / 100);
+  EXPECT_REL(term(tied.decode_head, "disk->cpu", x), kWh / 100 + first_kv);
 }
 
 // FlexGen's formulas for the terms both models share (experimental/

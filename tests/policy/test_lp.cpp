@@ -15,8 +15,8 @@
 #include "core/units.h"
 #include "policy/lp_solver.h"
 #include "policy/placement_lp.h"
-#include "policy/search.h"
 #include "policy/policy_fixtures.h"
+#include "policy/search.h"
 
 namespace strata {
 namespace {
@@ -71,7 +71,9 @@ TEST(PolicyPlacementLp, EverythingOnTheGpuWhenItFits) {
   EXPECT_EQ(r.policy.placement[Share::kWGpu], 1.0);
   EXPECT_EQ(r.policy.placement[Share::kKvGpu], 1.0);
   EXPECT_EQ(r.policy.placement[Share::kActGpu], 1.0);
-  EXPECT_EQ(r.policy.placement[Share::kWCpu] + r.policy.placement[Share::kKvCpu] + r.policy.placement[Share::kActCpu], 0.0);
+  EXPECT_EQ(r.policy.placement[Share::kWCpu] + r.policy.placement[Share::kKvCpu] +
+                r.policy.placement[Share::kActCpu],
+            0.0);
   EXPECT_TRUE(r.prediction.fits);
   EXPECT_EQ(r.prediction.prefill_terms[0].first, "cpu->gpu");
   EXPECT_EQ(r.prediction.prefill_terms[0].second, 0.0);
@@ -298,6 +300,53 @@ TEST(PolicySearch, CpuDeviceStreamsFromDiskIntoRam) {
   const SearchResult spill = search_policy(shape, hw, {8, 4}, b, o);
   EXPECT_GT(spill.policy.placement.disk(DataKind::kWeights), 0.0);
   EXPECT_NEAR(spill.prediction.memory[1].peak, b.cpu, 1e-6 * b.cpu);
+}
+
+// A KV read from disk is a sequence's disk pages of a layer: its size, and
+// the disk's rate for it, follow the KV disk share. The search solves again
+// at the share the LP found, so the plan it returns is priced at its own
+// share (the LP's objective is its evaluation), not at all pages on disk.
+TEST(PolicySearch, KvReadsArePricedAtTheShareOnDisk) {
+  const ModelShape shape = test::tiny_shape();
+  HardwareProfile hw = test::tiny_cpu();
+  hw.disk_to_cpu_kv = {{4096, 10}, {65536, 40}};  // smaller requests are slower
+  const Workload work{200, 56};
+  SearchOptions o;
+  o.gpu_batch_size = 2;
+  o.num_gpu_batches = 8;  // staging for one micro-batch's KV is small beside the cache
+  o.fixed[static_cast<int>(Share::kWGpu)] = 0.0;  // the weights in RAM: the KV gives way
+  o.fixed[static_cast<int>(Share::kWCpu)] = 1.0;
+  Budgets b = budgets_of(hw);
+  const SearchResult all = search_policy(shape, hw, work, b, o);
+  ASSERT_EQ(all.policy.placement.disk(DataKind::kKv), 0.0);
+  // RAM for everything but most of the KV cache (a disk share of it needs
+  // staging in RAM): part of it goes to disk.
+  b.cpu = all.prediction.memory[1].peak - 0.8 * all.prediction.memory[1].kv_cache;
+  const SearchResult r = search_policy(shape, hw, work, b, o);
+  const double f = r.policy.placement.disk(DataKind::kKv);
+  EXPECT_GT(f, 0.05);
+  EXPECT_LT(f, 0.95);
+  const Prediction& p = r.prediction;
+  const double per_token = p.total_s / (static_cast<double>(p.block_size) * 56);
+  EXPECT_NEAR(per_token, r.lp_seconds_per_token, 1e-6 * r.lp_seconds_per_token);
+  // Priced at all pages (larger requests, a faster rate) the same plan
+  // would read its KV in less time.
+  Policy at_all_pages = r.policy;
+  at_all_pages.placement = Placement{};
+  const CostModel m = build_cost_model(shape, hw, work, at_all_pages);
+  const auto read_s = [](const auto& terms, const auto& seconds_of) {
+    for (const auto& t : terms) {
+      if (seconds_of(t).first == "disk->cpu") return seconds_of(t).second;
+    }
+    ADD_FAILURE() << "no disk->cpu term";
+    return 0.0;
+  };
+  const double read = read_s(p.decode_terms, [](const auto& t) { return t; });
+  const double at_all = read_s(m.decode_layer.terms, [&](const CostTerm& t) {
+    return std::make_pair(t.name, t.seconds(r.policy.placement));
+  });
+  EXPECT_GT(read, 0);
+  EXPECT_LT(at_all, read * (1 - 1e-3));
 }
 
 TEST(PolicySearch, CandidateGridsAreFixed) {
