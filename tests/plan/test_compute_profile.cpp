@@ -94,7 +94,7 @@ TEST(ComputeProfile, MeasuresEveryPointOfTheTables) {
     EXPECT_GE(c.decode_layer_cold_s[i], c.decode_layer_s[i]) << c.decode_rows[i];
     EXPECT_GE(c.head_cold_s[i], c.head_s[i]) << c.head_rows[i];
   }
-  EXPECT_EQ(c.prefill_tokens, (std::vector<double>{16, 64, 256, 512, 1024}));
+  EXPECT_EQ(c.prefill_tokens, (std::vector<double>{16, 32, 64, 128, 256, 512, 1024}));
   EXPECT_EQ(c.decode_ctx, 16);
   EXPECT_EQ(c.prefill_seq, 16);
   EXPECT_EQ(c.key, engine_compute_key(*model, eo));
