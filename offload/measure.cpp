@@ -345,7 +345,7 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
     DiskIo kv_engine{DiskIoOptions{}};
     std::vector<Ticket> kt(static_cast<size_t>(o.kv_read_depth));
     std::mt19937_64 rng(17);
-    for (size_t size : o.kv_read_sizes) {
+    const auto scattered = [&](size_t size) {
       if (size == 0 || size % kDiskAlign != 0 || size > file_bytes) {
         fail("profile: KV reads of {} bytes must be a multiple of {} within the {} file", size,
              kDiskAlign, format_bytes(static_cast<double>(file_bytes)));
@@ -354,6 +354,10 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
       std::iota(slots.begin(), slots.end(), uint64_t{0});
       std::shuffle(slots.begin(), slots.end(), rng);
       slots.resize(std::min<size_t>(slots.size(), static_cast<size_t>(o.kv_read_requests)));
+      return slots;
+    };
+    for (size_t size : o.kv_read_sizes) {
+      const std::vector<uint64_t> slots = scattered(size);
       std::vector<AlignedBuffer> mem;
       for (int i = 0; i < o.kv_read_depth; ++i) mem.emplace_back(size);
       r.kv_read_sizes.push_back(size);
@@ -368,6 +372,31 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
             for (auto& t : kt) kv_engine.wait(t);
           },
           plan));
+    }
+    if (!o.kv_read_batches.empty()) {
+      const size_t size = o.kv_batch_size;
+      const std::vector<uint64_t> slots = scattered(size);
+      const int most = *std::max_element(o.kv_read_batches.begin(), o.kv_read_batches.end());
+      std::vector<AlignedBuffer> mem;
+      for (int i = 0; i < most; ++i) mem.emplace_back(size);
+      std::vector<Ticket> batch(static_cast<size_t>(most));
+      r.kv_batch_size = size;
+      r.kv_batch_pass_bytes = static_cast<uint64_t>(slots.size()) * size;
+      for (int n : o.kv_read_batches) {
+        if (n < 1) fail("profile: KV read batches of {} requests: need at least 1", n);
+        r.kv_read_batches.push_back(n);
+        r.read_kv_batched.push_back(time_runs(
+            [&] {
+              for (size_t i = 0; i < slots.size(); i += static_cast<size_t>(n)) {
+                const size_t e = std::min(slots.size(), i + static_cast<size_t>(n));
+                for (size_t j = i; j < e; ++j) {
+                  batch[j - i] = kv_engine.read(file, slots[j] * size, mem[j - i].data(), size);
+                }
+                for (size_t j = i; j < e; ++j) kv_engine.wait(batch[j - i]);
+              }
+            },
+            plan));
+      }
     }
   }
   return r;

@@ -81,6 +81,11 @@ struct DiskMeasureOptions {
                                     size_t{256} << 10, size_t{1} << 20};
   int kv_read_depth = 16;
   int kv_read_requests = 2048;
+  // The same reads of kv_depth_size bytes issued as a decode layer's load
+  // issues them, in batches (a micro-batch's sequences, one request each,
+  // all waited for before the next batch), at each batch size.
+  std::vector<int> kv_read_batches{1, 2, 4, 8, 16};
+  size_t kv_batch_size = size_t{64} << 10;
 };
 
 struct DiskRates {
@@ -99,6 +104,12 @@ struct DiskRates {
   std::vector<size_t> kv_read_sizes;
   std::vector<RunTimes> read_kv;
   std::vector<uint64_t> kv_read_pass_bytes;
+  // Per batch size of DiskMeasureOptions::kv_read_batches: seconds per pass
+  // of kv_batch_pass_bytes in requests of kv_batch_size bytes.
+  std::vector<int> kv_read_batches;
+  std::vector<RunTimes> read_kv_batched;
+  uint64_t kv_batch_pass_bytes = 0;
+  size_t kv_batch_size = 0;
   size_t stream_bytes = 0;
   uint64_t stream_pass_bytes = 0;  // bytes per read_stream pass
   uint64_t file_bytes = 0;         // bytes per read or write pass
@@ -115,6 +126,9 @@ struct DiskRates {
   double write_kv_bytes_per_s() const { return write_kv.rate(static_cast<double>(kv_pass_bytes)); }
   double read_kv_bytes_per_s(size_t i) const {
     return read_kv[i].rate(static_cast<double>(kv_read_pass_bytes[i]));
+  }
+  double read_kv_batched_bytes_per_s(size_t i) const {
+    return read_kv_batched[i].rate(static_cast<double>(kv_batch_pass_bytes));
   }
   double read_stream_sized_bytes_per_s(size_t i) const {
     return read_stream_sized[i].rate(static_cast<double>(stream_sized_pass_bytes[i]));

@@ -234,6 +234,7 @@ std::string measure_machine(const ProfileRequest& a) {
   dopt.file_bytes = plan.disk_bytes;
   dopt.repeats = plan.disk_repeats;
   dopt.kv_bytes = plan.disk_bytes;  // the same pass size as the large writes, to compare
+  dopt.kv_batch_size = static_cast<size_t>(kKvBatchRequestBytes);
   spdlog::info("profile: disk in {}: {} file, {} blocks, {} in flight...", dir,
                format_bytes(static_cast<double>(plan.disk_bytes)),
                format_bytes(static_cast<double>(dopt.block_bytes)), dopt.queue_depth);
@@ -331,6 +332,10 @@ std::string measure_machine(const ProfileRequest& a) {
     hw.disk_to_cpu_kv.emplace_back(static_cast<double>(disk.kv_read_sizes[i]),
                                    round_rate(disk.read_kv_bytes_per_s(i)));
   }
+  for (size_t i = 0; i < disk.kv_read_batches.size(); ++i) {
+    hw.disk_to_cpu_kv_batches.emplace_back(static_cast<double>(disk.kv_read_batches[i]),
+                                           round_rate(disk.read_kv_batched_bytes_per_s(i)));
+  }
   for (size_t i = 0; i < disk.stream_sizes.size(); ++i) {
     hw.disk_to_cpu_weights.emplace_back(static_cast<double>(disk.stream_sizes[i]),
                                         round_rate(disk.read_stream_sized_bytes_per_s(i)));
@@ -414,6 +419,18 @@ std::string measure_machine(const ProfileRequest& a) {
     h += fmt::format(
         "#     {} requests: {}\n", format_bytes(static_cast<double>(disk.kv_read_sizes[i])),
         rate_with_range(disk.read_kv[i], static_cast<double>(disk.kv_read_pass_bytes[i])));
+  }
+  if (!disk.kv_read_batches.empty()) {
+    h += fmt::format(
+        "#   links.disk_to_cpu_kv_batches: the same reads of {} issued in batches of N,\n"
+        "#     each waited for before the next, as a decode layer's load reads one request\n"
+        "#     per sequence of its micro-batch:\n",
+        format_bytes(static_cast<double>(disk.kv_batch_size)));
+    for (size_t i = 0; i < disk.kv_read_batches.size(); ++i) {
+      h += fmt::format(
+          "#     batches of {}: {}\n", disk.kv_read_batches[i],
+          rate_with_range(disk.read_kv_batched[i], static_cast<double>(disk.kv_batch_pass_bytes)));
+    }
   }
   h += fmt::format("#   device_compute.gemm_prefill_tflops: {}\n",
                    flops_with_range(gemm_p, plan.gemm_prefill.flops()));

@@ -257,11 +257,16 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     const double pages = static_cast<double>(pages_of(tokens)) * kv_disk_hint;
     return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(pages - 1e-9)));
   };
+  // A micro-batch's load issues its sequences' requests together and waits
+  // for all of them: g sequences' runs at a time.
   const int64_t kv_run =
       std::min(kv_disk_extent_pages(kv_page, disk_pages_of(ctx_end)), disk_pages_of(ctx_read));
+  const double kv_runs =
+      std::ceil(static_cast<double>(disk_pages_of(ctx_read)) / static_cast<double>(kv_run));
   const double d2c_kv =
-      hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page) * kv_run));
-  const double d2c_kv_page = hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page)));
+      hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page) * kv_run), g * kv_runs);
+  const double d2c_kv_page = hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page)),
+                                             g * std::max(1.0, ctx_attend / kKvPageTokens));
   const double kv_disk_s = kv_token * (ctx_disk_dense / d2c_kv + ctx_disk_sparse / d2c_kv_page);
 
   // Compute, seconds (constants for a fixed batch): from the profile's

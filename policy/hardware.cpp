@@ -88,8 +88,11 @@ double rate_by_size(const std::vector<std::pair<double, double>>& table, double 
 
 }  // namespace
 
-double HardwareProfile::kv_read_rate(double request_bytes) const {
-  return rate_by_size(disk_to_cpu_kv, request_bytes, disk_to_cpu);
+double HardwareProfile::kv_read_rate(double request_bytes, double batch) const {
+  const double rate = rate_by_size(disk_to_cpu_kv, request_bytes, disk_to_cpu);
+  if (batch <= 0 || disk_to_cpu_kv_batches.empty()) return rate;
+  const double at_size = rate_by_size(disk_to_cpu_kv, kKvBatchRequestBytes, disk_to_cpu);
+  return rate * rate_by_size(disk_to_cpu_kv_batches, batch, at_size) / at_size;
 }
 
 double HardwareProfile::weight_read_rate(double request_bytes) const {
@@ -116,11 +119,14 @@ void validate_hardware_profile(const HardwareProfile& hw, const std::string& sou
   require_positive(hw.cpu_to_disk_kv, source, "links.cpu_to_disk_kv", "rate in bytes per second");
   for (const auto& [table, name] :
        {std::pair{&hw.disk_to_cpu_kv, "links.disk_to_cpu_kv"},
+        std::pair{&hw.disk_to_cpu_kv_batches, "links.disk_to_cpu_kv_batches"},
         std::pair{&hw.disk_to_cpu_weights, "links.disk_to_cpu_weights"}}) {
+    const bool batches = table == &hw.disk_to_cpu_kv_batches;
     for (size_t i = 0; i < table->size(); ++i) {
       const auto& [size, rate] = (*table)[i];
       if (!(size > 0) || (i > 0 && !(size > (*table)[i - 1].first))) {
-        fail("{}: {}: request sizes must be positive and different", source, name);
+        fail("{}: {}: {} must be positive and different", source, name,
+             batches ? "batch sizes" : "request sizes");
       }
       require_positive(rate, source, name, "rate in bytes per second");
     }
@@ -178,7 +184,8 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
 
   const Map links = root.map("links");
   links.check_keys({"disk_to_cpu", "cpu_to_disk", "cpu_to_gpu", "gpu_to_cpu", "gpu_to_cpu_kv",
-                    "cpu_to_disk_kv", "disk_to_cpu_kv", "disk_to_cpu_weights"});
+                    "cpu_to_disk_kv", "disk_to_cpu_kv", "disk_to_cpu_kv_batches",
+                    "disk_to_cpu_weights"});
   hw.disk_to_cpu = links.bytes("disk_to_cpu");
   hw.cpu_to_disk = links.bytes("cpu_to_disk");
   if (hw.device == DeviceKind::kGpu) {
@@ -206,6 +213,25 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
       table->emplace_back(size, by_size->bytes(size_key));
     }
     std::sort(table->begin(), table->end());
+  }
+  if (const auto by_batch = links.optional_map("disk_to_cpu_kv_batches")) {
+    for (const auto& item : links.node("disk_to_cpu_kv_batches")) {
+      const std::string n_key = item.first.IsScalar() ? item.first.Scalar() : std::string();
+      int64_t n = 0;
+      try {
+        size_t used = 0;
+        n = std::stoll(n_key, &used);
+        if (used != n_key.size() || n < 1) n = 0;
+      } catch (const std::exception&) {
+        n = 0;
+      }
+      if (n == 0) {
+        links.fail_at("disk_to_cpu_kv_batches", "'" + yaml_fields::printable(n_key) +
+                                                    "' is not a number of requests such as 4");
+      }
+      hw.disk_to_cpu_kv_batches.emplace_back(static_cast<double>(n), by_batch->bytes(n_key));
+    }
+    std::sort(hw.disk_to_cpu_kv_batches.begin(), hw.disk_to_cpu_kv_batches.end());
   }
 
   const Map cpu = root.map("cpu_compute");
@@ -314,6 +340,14 @@ std::string hardware_profile_to_yaml(const HardwareProfile& hw) {
     e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
     for (const auto& [size, rate] : *table) {
       e << YAML::Key << size_text(size) << YAML::Value << size_text(rate);
+    }
+    e << YAML::EndMap;
+  }
+  if (!hw.disk_to_cpu_kv_batches.empty()) {
+    e << YAML::Key << "disk_to_cpu_kv_batches" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    for (const auto& [n, rate] : hw.disk_to_cpu_kv_batches) {
+      e << YAML::Key << fmt::format("{}", static_cast<int64_t>(n)) << YAML::Value
+        << size_text(rate);
     }
     e << YAML::EndMap;
   }

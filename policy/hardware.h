@@ -28,6 +28,10 @@
 //     disk_to_cpu_kv: {4K: 0.09G, 16K: 0.35G, 64K: 0.9G}
 //                                    # optional: KV page reads by request size
 //                                    # (default disk_to_cpu at every size)
+//     disk_to_cpu_kv_batches: {1: 0.2G, 4: 0.6G, 16: 1.2G}
+//                                    # optional: 64K KV reads issued in batches
+//                                    # of N, each waited for before the next (a
+//                                    # decode layer's load: one per sequence)
 //     disk_to_cpu_weights: {1M: 1.1G, 4M: 1.9G, 16M: 2.8G}
 //                                    # optional: weight loads by request size (a
 //                                    # layer's weights on disk; default disk_to_cpu)
@@ -53,6 +57,9 @@ namespace strata {
 
 enum class DeviceKind { kGpu, kCpu };
 
+// The request size of disk_to_cpu_kv_batches' reads.
+inline constexpr double kKvBatchRequestBytes = 64 * 1024;
+
 struct HardwareProfile {
   std::string name;
   std::vector<std::string> aliases;
@@ -74,6 +81,10 @@ struct HardwareProfile {
   // KV page reads from disk: (request bytes, bytes per second), sizes
   // increasing; empty: disk_to_cpu.
   std::vector<std::pair<double, double>> disk_to_cpu_kv;
+  // KV reads of kKvBatchRequestBytes each, issued in batches of N requests,
+  // all waited for before the next batch: (N, bytes per second), N
+  // increasing; empty: disk_to_cpu_kv's rates at every batch.
+  std::vector<std::pair<double, double>> disk_to_cpu_kv_batches;
   // Weight loads from disk, two requests in flight as the engine streams
   // layers: (request bytes, bytes per second), sizes increasing; empty:
   // disk_to_cpu.
@@ -98,8 +109,12 @@ struct HardwareProfile {
   bool unified_memory() const { return device == DeviceKind::kCpu; }
   // The rate of KV page reads of `request_bytes` each: disk_to_cpu_kv
   // interpolated in the logarithm of the size, its end values beyond its
-  // ends; disk_to_cpu without it.
-  double kv_read_rate(double request_bytes) const;
+  // ends; disk_to_cpu without it. Issued `batch` at a time (a decode
+  // layer's load issues one request per sequence of its micro-batch and
+  // waits for all), that rate times disk_to_cpu_kv_batches at `batch` (in
+  // the logarithm of the batch likewise) over disk_to_cpu_kv at
+  // kKvBatchRequestBytes; 0: the rate of disk_to_cpu_kv alone.
+  double kv_read_rate(double request_bytes, double batch = 0) const;
   // The same for weight loads (disk_to_cpu_weights).
   double weight_read_rate(double request_bytes) const;
   // CPU attention rate for a micro-batch size and hidden size (applies the fit).

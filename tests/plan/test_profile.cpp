@@ -136,6 +136,14 @@ void expect_measured(const HardwareProfile& hw) {
     EXPECT_GT(hw.disk_to_cpu_kv[i].second, 1e5);
     EXPECT_LT(hw.disk_to_cpu_kv[i].second, 1e13);
   }
+  // The same reads in batches of 1 to 16 requests, as a decode layer's load
+  // issues them.
+  ASSERT_EQ(hw.disk_to_cpu_kv_batches.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(hw.disk_to_cpu_kv_batches[i].first, static_cast<double>(1 << i));
+    EXPECT_GT(hw.disk_to_cpu_kv_batches[i].second, 1e5);
+    EXPECT_LT(hw.disk_to_cpu_kv_batches[i].second, 1e13);
+  }
   // Weight loads at smaller requests than disk_to_cpu's (a small model's
   // layer), that rate last.
   ASSERT_EQ(hw.disk_to_cpu_weights.size(), 4u);

@@ -397,6 +397,13 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
   const CostModel in_ram = build_cost_model(t.shape, t.hw, {200, 56}, kv_in_ram);
   EXPECT_REL(term(in_ram.decode_layer, "disk->cpu", x),
              kWl * 0.25 / 100 + kKt * 228 * 6 * 0.25 / rate);
+  // A micro-batch's load issues its g = 2 sequences' requests together: at
+  // the rate of batches of 2 (here half that of the size table at 64K).
+  t.hw.disk_to_cpu_kv_batches = {{1, 10}, {2, 20}, {16, 40}};
+  const CostModel batched = build_cost_model(t.shape, t.hw, {200, 56}, t.pol);
+  EXPECT_REL(term(batched.decode_layer, "disk->cpu", x),
+             kWl * 0.25 / 100 + kKt * 228 * 6 * 0.25 / (25 * 0.5));
+  t.hw.disk_to_cpu_kv_batches.clear();
   // With weight read rates by request size, a layer's weights are read at
   // the rate of one layer's bytes (here half way in log2: 4x each side).
   t.hw.disk_to_cpu_kv.clear();

@@ -3,6 +3,8 @@
 // gives (one line, naming the file and the key).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -197,6 +199,48 @@ cpu_compute: {gemm_tflops: 1, attention_tflops: 0.1}
         "hw.yaml");
   });
   EXPECT_CONTAINS(e, "hw.yaml: links.disk_to_cpu_kv: 'big' is not a request size");
+}
+
+// KV reads issued in batches (a micro-batch's sequences at a time): the
+// rate by size scaled by the batch's rate over the size table's at 64K,
+// interpolated in the logarithm of the batch, flat beyond the ends.
+TEST(PolicyHardwareYaml, KvReadRatesByBatch) {
+  HardwareProfile hw = parse_hardware_profile(R"(
+name: kv
+device: cpu
+memory: {cpu: 1G, disk: 16G}
+links: {disk_to_cpu: 2G, cpu_to_disk: 1G, disk_to_cpu_kv: {16K: 0.4G, 64K: 1G},
+        disk_to_cpu_kv_batches: {4: 0.75G, 1: 0.25G, 16: 1G}}
+cpu_compute: {gemm_tflops: 1, attention_tflops: 0.1}
+)",
+                                              "kv.yaml");
+  ASSERT_EQ(hw.disk_to_cpu_kv_batches.size(), 3u);
+  EXPECT_EQ(hw.disk_to_cpu_kv_batches[0].first, 1.0);  // sorted by batch
+  const double r16 = hw.kv_read_rate(16384);
+  EXPECT_EQ(hw.kv_read_rate(16384, 0), r16);   // no batch: the size table alone
+  EXPECT_EQ(hw.kv_read_rate(16384, 16), r16);  // 64K batches of 16 at the size table's 64K rate
+  EXPECT_DOUBLE_EQ(hw.kv_read_rate(16384, 1), r16 / 4);
+  EXPECT_DOUBLE_EQ(hw.kv_read_rate(16384, 2), r16 / 2);  // half way in log2 from 1 to 4
+  EXPECT_DOUBLE_EQ(hw.kv_read_rate(65536, 4), 0.75 * hw.kv_read_rate(65536));
+  EXPECT_EQ(hw.kv_read_rate(16384, 64), r16);
+  const HardwareProfile again = parse_hardware_profile(hardware_profile_to_yaml(hw), "again");
+  EXPECT_EQ(again.disk_to_cpu_kv_batches, hw.disk_to_cpu_kv_batches);
+  hw.disk_to_cpu_kv_batches.clear();
+  EXPECT_EQ(hw.kv_read_rate(16384, 1), r16);
+
+  for (const char* bad : {"0", "two", "1.5", "-4"}) {
+    const std::string e = error_of([&] {
+      parse_hardware_profile(fmt::format("name: x\ndevice: cpu\nmemory: {{cpu: 1G}}\n"
+                                         "links: {{disk_to_cpu: 1G, cpu_to_disk: 1G, "
+                                         "disk_to_cpu_kv_batches: {{'{}': 1G}}}}\n"
+                                         "cpu_compute: {{gemm_tflops: 1, attention_tflops: 1}}\n",
+                                         bad),
+                             "hw.yaml");
+    });
+    EXPECT_CONTAINS(e, fmt::format("hw.yaml: links.disk_to_cpu_kv_batches: '{}' is not a number "
+                                   "of requests",
+                                   bad));
+  }
 }
 
 TEST(PolicyHardwareYaml, WeightReadRatesBySize) {
