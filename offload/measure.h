@@ -81,7 +81,7 @@ struct DiskMeasureOptions {
                                     size_t{256} << 10, size_t{1} << 20};
   int kv_read_depth = 16;
   int kv_read_requests = 2048;
-  // The same reads of kv_depth_size bytes issued as a decode layer's load
+  // The same reads of kv_batch_size bytes issued as a decode layer's load
   // issues them, in batches (a micro-batch's sequences, one request each,
   // all waited for before the next batch), at each batch size.
   std::vector<int> kv_read_batches{1, 2, 4, 8, 16};
