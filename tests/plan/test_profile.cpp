@@ -167,7 +167,6 @@ TEST(Profile, QuickWritesAProfileThatPolicyPlansWith) {
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_NE(r.err.find("profile: disk"), std::string::npos) << r.err;  // progress lines
   EXPECT_NE(r.err.find("wrote " + yaml.string()), std::string::npos) << r.err;
-  EXPECT_LT(r.seconds, 30) << "--quick is meant to take seconds";
   // The temporary disk file and the output's temporary file are gone.
   EXPECT_TRUE(stray_files(offload, {}).empty());
   EXPECT_EQ(stray_files(s.dir, {"offload", "hw.yaml", "cli.stdout", "cli.stderr"}),
