@@ -125,6 +125,11 @@ double CostModel::generated_tokens() const {
   return static_cast<double>(batch.block_size()) * static_cast<double>(work.gen_len);
 }
 
+double kv_disk_share_assumed(const Placement& placement) {
+  const double share = placement.disk(DataKind::kKv);
+  return share > 0 ? std::min(1.0, share) : 1.0;
+}
+
 Policy normalize_policy(const Policy& p, const HardwareProfile& hw) {
   if (!hw.unified_memory()) return p;
   Policy q = p;
@@ -246,9 +251,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // share of its pages on disk sets that request size: it is taken at the
   // policy's own KV disk share, or all pages when the policy has none on
   // disk (the search solves again at the share the LP found: search.cpp).
-  const double kv_disk_hint = pol.placement.disk(DataKind::kKv) > 0
-                                  ? std::min(1.0, pol.placement.disk(DataKind::kKv))
-                                  : 1.0;
+  const double kv_disk_hint = kv_disk_share_assumed(pol.placement);
   const auto kv_page = static_cast<uint64_t>(std::ceil(kKvPageTokens * kv_dim * kv_bytes));
   const auto pages_of = [](double tokens) {
     return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(tokens / kKvPageTokens)));

@@ -180,12 +180,18 @@ struct CostModel {
 };
 
 // Checks the inputs (Error naming the bad value) and builds the model. The
-// policy's fractions are ignored; everything else in it is used.
+// policy's fractions are ignored but for its KV disk share (the size of a KV
+// read from disk: kv_disk_share_assumed); everything else in it is used.
 // With `compute` (the engine's times measured on this machine for this
 // model and its dtypes, engine_compute.h) a CPU device's compute terms are
 // those times; a device with memory of its own keeps the profile's rates.
 CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
                            const Policy& policy, const EngineCompute* compute = nullptr);
+
+// The share of a sequence's KV pages on disk that build_cost_model prices
+// a KV disk read at: the placement's share, or all pages when it has none
+// on disk (the search solves again at the share the LP found).
+double kv_disk_share_assumed(const Placement& placement);
 
 // The policy as the device runs it: with a CPU device, gpu fractions fold into
 // cpu and cpu_attention is off (attention runs on the device, the CPU).

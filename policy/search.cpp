@@ -62,8 +62,7 @@ class Searcher {
       ++n_lp_;
       if (r.feasible && opts_.engine_fit) r = engine_checked(m, gbs, nb, cpu_attention, r);
       if (!r.feasible) break;
-      const double assumed =
-          p.placement.disk(DataKind::kKv) > 0 ? p.placement.disk(DataKind::kKv) : 1;
+      const double assumed = kv_disk_share_assumed(p.placement);
       const double found = r.x.disk(DataKind::kKv);
       if (found <= 0 || std::abs(found - assumed) < kKvShareSettled) break;
       p.placement = r.x;
