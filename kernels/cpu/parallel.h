@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/clones.h"  // STRATA_CLONES, used with the kernels' row functions
+
 namespace strata::cpu {
 
 // Threads worth starting for `work` units of work (elements touched, roughly)
@@ -54,10 +56,3 @@ inline void split_range(int64_t n, int64_t n_parts, int64_t i, int64_t* begin, i
 }
 
 }  // namespace strata::cpu
-
-// Per-ISA clones of a hot row function: the loader picks the best one once.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define STRATA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define STRATA_CLONES
-#endif

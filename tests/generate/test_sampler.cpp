@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "core/error.h"
@@ -35,6 +36,61 @@ TEST(Sampler, ArgmaxTakesTheLowestIdAmongTies) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(argmax(std::vector<float>{nan, 2, nan, 3, 3}), 3);
   EXPECT_THROW(argmax(std::vector<float>{nan, nan}), Error);
+}
+
+// A row long enough for argmax's lanes, with the largest value planted in
+// several places (ties across lanes, in the tail past the last full block),
+// NaN and infinities about: the first index of the largest non-NaN value,
+// as one scalar pass finds it.
+TEST(Sampler, ArgmaxOverLongRowsMatchesOneScalarPass) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto scalar = [](const std::vector<float>& row) {
+    int32_t best = -1;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (std::isnan(row[i])) continue;
+      if (best < 0 || row[i] > row[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+    }
+    return best;
+  };
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  int checked = 0;
+  for (size_t n : {size_t{16}, size_t{17}, size_t{31}, size_t{100}, size_t{49152}, size_t{49155}}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> row(n);
+      for (float& v : row) v = normal(rng);
+      std::uniform_int_distribution<size_t> at(0, n - 1);
+      const float top = 100.0f + static_cast<float>(trial % 3);
+      switch (trial % 5) {
+        case 0:  // one maximum
+          row[at(rng)] = top;
+          break;
+        case 1:  // ties, one of them in the tail
+          row[at(rng)] = top;
+          row[at(rng)] = top;
+          row[n - 1] = top;
+          break;
+        case 2:  // NaN everywhere but a few values
+          for (float& v : row) v = nan;
+          row[at(rng)] = -5.0f;
+          row[at(rng)] = -2.0f;
+          break;
+        case 3:  // +inf twice, -inf and NaN about
+          row[at(rng)] = inf;
+          row[at(rng)] = inf;
+          row[at(rng)] = -inf;
+          row[at(rng)] = nan;
+          break;
+        case 4:  // -inf and NaN only
+          for (size_t i = 0; i < n; ++i) row[i] = i % 3 == 0 ? nan : -inf;
+          break;
+      }
+      EXPECT_EQ(argmax(row), scalar(row)) << "n " << n << " trial " << trial;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 240);
 }
 
 TEST(Sampler, TemperatureZeroIsGreedy) {
