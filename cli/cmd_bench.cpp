@@ -122,7 +122,8 @@ int run(const Options& o) {
     const EngineStats measured = stats_since(engine->stats(), before);
     RunReport rep =
         plan_report(plan, *model, o.model, eo, static_cast<double>(o.prompt_len), o.gen_len,
-                    measured_speculation(measured, s.n_sequences, draft.seconds() - draft_before));
+                    measured_speculation(measured, s.n_sequences, draft.seconds() - draft_before),
+                    measured_sharing(measured, s.n_sequences));
     rep.n_prompts = s.n_prompts;
     rep.n_sequences = s.n_sequences;
     rep.total_s = s.total_s;

@@ -186,7 +186,8 @@ int run(const Options& o, MpiWorld& world) {
 
   RunReport report =
       plan_report(plan, *model, o.model, eo, shape.mean_prompt, shape.gen,
-                  measured_speculation(engine->stats(), summary.n_sequences, draft.seconds()));
+                  measured_speculation(engine->stats(), summary.n_sequences, draft.seconds()),
+                  measured_sharing(engine->stats(), summary.n_sequences));
   report.n_prompts = summary.n_prompts;
   OutputFile* out = rank_job ? rank_job->output() : single_out.get();
   if (out) report.n_prompts_resumed = static_cast<int64_t>(out->n_resumed());

@@ -77,6 +77,8 @@ BlockState::Reused BlockState::end_prefix_step() {
       kv_.share_prefix(s.kv, st_[static_cast<size_t>(s.leader)].kv, pages);
       reused.tokens += s.shared;
       reused.pages += pages;
+    } else {
+      reused.computed += s.shared;  // a leader's prefix (0 outside a group)
     }
     mbs_[b / static_cast<size_t>(gpu_batch_size_)].members.push_back(static_cast<int32_t>(b));
   }

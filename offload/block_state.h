@@ -84,8 +84,10 @@ class BlockState {
   // leader's prefix pages and join the micro-batches. Returns the prompt
   // tokens they took from shared prefixes instead of computing them, and
   // the KV pages (of every layer) they did not store.
+  // Tokens and pages the other members took from their group's prefix, and
+  // the tokens the prefix step computed (each group's prefix once).
   struct Reused {
-    int64_t tokens = 0, pages = 0;
+    int64_t tokens = 0, pages = 0, computed = 0;
   };
   Reused end_prefix_step();
   // True when `actions` (one per active row, a sequence's in its first)

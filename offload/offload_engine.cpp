@@ -372,6 +372,7 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
   prepare_block(mem);
   block_->start(seqs, all_rows);
   for (const SeqInput& s : seqs) stats_.prompt_tokens += static_cast<int64_t>(s.prompt.size());
+  ++stats_.blocks;
   // However the block ends: transfers and CPU attention finish before the
   // pages and buffers they use are given back.
   struct Cleanup {
@@ -509,6 +510,8 @@ void OffloadEngine::end_step(const StepFn& on_step, bool all_rows) {
   if (step < prefill) {  // a prefix step: no logits for the caller
     const BlockState::Reused reused = block_->end_prefix_step();
     stats_.reused_prompt_tokens += reused.tokens;
+    ++stats_.prefix_steps;
+    stats_.prefix_step_tokens += reused.computed;
     stats_.kv_shared_bytes +=
         static_cast<uint64_t>(reused.pages) * kv_->geometry().bytes_per_page();
     return;

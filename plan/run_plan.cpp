@@ -285,18 +285,23 @@ nlohmann::ordered_json RunPlan::report_policy(const EngineOptions& eo) const {
 }
 
 std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double prompt_len,
-                                                    int64_t gen_len,
-                                                    const SpeculationRates& spec) const {
+                                                    int64_t gen_len, const SpeculationRates& spec,
+                                                    const SharingRates& sharing) const {
   if (!hardware) return std::nullopt;
   try {
     const ModelShape shape = model_shape_of(model);
-    const Workload work{std::max<int64_t>(1, std::llround(prompt_len)),
-                        std::max<int64_t>(1, gen_len),
-                        spec.rows,
-                        spec.tokens,
-                        spec.draft_step_s,
-                        kv_elem_bytes,
-                        kEngineActBytes};
+    Workload work;
+    work.prompt_len = std::max<int64_t>(1, std::llround(prompt_len));
+    work.gen_len = std::max<int64_t>(1, gen_len);
+    work.spec_rows = spec.rows;
+    work.spec_tokens = spec.tokens;
+    work.draft_step_s = spec.draft_step_s;
+    // A mean below the prompt's rounded length: the prefill computes a token at least.
+    work.shared_tokens = std::min(sharing.shared_tokens, static_cast<double>(work.prompt_len) - 1);
+    work.prefix_step_tokens = sharing.prefix_step_tokens;
+    work.prefix_steps = sharing.prefix_steps;
+    work.kv_elem_bytes = kv_elem_bytes;
+    work.act_elem_bytes = kEngineActBytes;
     const Prediction pr = strata::predict(shape, *hardware, work, policy, budgets_of(*hardware),
                                           compute ? &*compute : nullptr);
     PredictedThroughput t;
@@ -320,6 +325,11 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
       t.workload["speculation_tokens"] = spec.tokens;
     }
     if (spec.draft_step_s > 0) t.workload["draft_step_s"] = spec.draft_step_s;
+    if (work.prefix_steps > 0) {
+      t.workload["shared_tokens"] = work.shared_tokens;
+      t.workload["prefix_step_tokens"] = work.prefix_step_tokens;
+      t.workload["prefix_steps"] = work.prefix_steps;
+    }
     return t;
   } catch (const Error& e) {
     spdlog::warn("the cost model cannot predict this run: {}", e.what());
@@ -363,7 +373,7 @@ std::string describe_device(const std::string& device, int threads) {
 
 RunReport plan_report(const RunPlan& plan, const Model& model, const std::string& model_path,
                       const EngineOptions& eo, double prompt_len, int64_t gen_len,
-                      const SpeculationRates& spec) {
+                      const SpeculationRates& spec, const SharingRates& sharing) {
   RunReport report;
   report.model = model_path;
   report.policy = plan.report_policy(eo);
@@ -371,7 +381,7 @@ RunReport plan_report(const RunPlan& plan, const Model& model, const std::string
   report.policy["kv_dtype"] = std::string(dtype_name(eo.kv_dtype));
   report.policy["weight_dtype"] =
       eo.weight_dtype ? std::string(dtype_name(*eo.weight_dtype)) : std::string("none");
-  report.predicted = plan.predict(model, prompt_len, gen_len, spec);
+  report.predicted = plan.predict(model, prompt_len, gen_len, spec, sharing);
   report.hardware = describe_device(eo.device, eo.threads);
   return report;
 }

@@ -81,9 +81,11 @@ struct RunPlan {
   // The cost model's prediction for the run's measured lengths (nullopt
   // without a profile, or when the model cannot predict it: a warning).
   // `spec`: speculative decoding's rows and kept tokens per sequence and
-  // step (the cost model's Workload), as the run measured them.
+  // step (the cost model's Workload), as the run measured them; `sharing`:
+  // its shared prompt prefixes likewise.
   std::optional<PredictedThroughput> predict(const Model& model, double prompt_len, int64_t gen_len,
-                                             const SpeculationRates& spec = {}) const;
+                                             const SpeculationRates& spec = {},
+                                             const SharingRates& sharing = {}) const;
 };
 
 // Resolves `request` for `model` and `run` into `eo` (placement, batch sizes,
@@ -103,10 +105,10 @@ std::string describe_device(const std::string& device, int threads);
 
 // A run's report with what the plan says: the model, the policy (with the
 // compute, KV and weight dtypes), the hardware and the prediction for
-// `prompt_len` and `gen_len` (and speculation's measured rates); the caller
-// adds what it measured.
+// `prompt_len` and `gen_len` (and speculation's and prefix sharing's
+// measured rates); the caller adds what it measured.
 RunReport plan_report(const RunPlan& plan, const Model& model, const std::string& model_path,
                       const EngineOptions& eo, double prompt_len, int64_t gen_len,
-                      const SpeculationRates& spec = {});
+                      const SpeculationRates& spec = {}, const SharingRates& sharing = {});
 
 }  // namespace strata

@@ -112,7 +112,9 @@ double StepCost::seconds(const Placement& x) const {
 }
 
 double CostModel::prefill_seconds(const Placement& x) const {
-  return static_cast<double>(shape.n_layer) * prefill_layer.seconds(x) + prefill_head.seconds(x);
+  const double L = static_cast<double>(shape.n_layer);
+  return L * prefill_layer.seconds(x) + prefill_head.seconds(x) +
+         work.prefix_steps * (L * prefix_layer.seconds(x) + prefix_head.seconds(x));
 }
 
 double CostModel::decode_seconds(const Placement& x) const {
@@ -157,6 +159,19 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     fail("speculation: {} s of the draft model per decode step; need a finite value >= 0",
          work.draft_step_s);
   }
+  if (!(work.shared_tokens >= 0 && work.shared_tokens < static_cast<double>(work.prompt_len))) {
+    fail(
+        "shared prefixes: {} shared tokens per sequence of a {}-token prompt; need 0 or more, "
+        "and fewer than the prompt's",
+        work.shared_tokens, work.prompt_len);
+  }
+  if (!(work.prefix_steps >= 0 && work.prefix_steps <= 1 && work.prefix_step_tokens >= 0 &&
+        std::isfinite(work.prefix_step_tokens))) {
+    fail(
+        "shared prefixes: prefix steps in {} of the blocks, of {} tokens each; need a share in "
+        "[0, 1] and a finite count >= 0",
+        work.prefix_steps, work.prefix_step_tokens);
+  }
   if (!(work.kv_elem_bytes > 0 && work.kv_elem_bytes <= 8)) {
     fail("KV element of {} bytes: need more than 0 and at most 8", work.kv_elem_bytes);
   }
@@ -183,6 +198,10 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double k = static_cast<double>(pol.num_gpu_batches);
   const double B = g * k;
   const double R = work.spec_rows, E = work.spec_tokens;  // speculation (Workload)
+  // Shared prefixes (Workload): the prefill computes s_new of the s tokens;
+  // a prefix step computes P tokens.
+  const double shared = work.shared_tokens, s_new = s - shared;
+  const double P = work.prefix_steps > 0 ? work.prefix_step_tokens : 0;
   const double h = static_cast<double>(shape.hidden);
   const double q_dim = static_cast<double>(shape.q_dim());
   const double kv_dim = static_cast<double>(shape.kv_dim());
@@ -281,17 +300,29 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   double gemm_prefill = 0, attn_prefill = 0, gemm_decode = 0, attn_dev_seq = 0;
   double head_prefill = 0, head_decode = 0;
   double decode_stream_extra = 0;  // per layer and step, at all weights on disk
+  double layer_prefix = 0;         // a prefix step's layer
+  // (new token, key) pairs of a prompt's prefill, counted as the square of
+  // its length (the masked half included) less the shared prefix's square.
+  const double prefill_pairs = s * s - shared * shared;
   if (measured) {
-    gemm_prefill = k * interpolate(compute->prefill_tokens, compute->prefill_layer_s, g * s);
-    attn_prefill = B * s * s * compute->prefill_pair_s;
+    gemm_prefill = k * interpolate(compute->prefill_tokens, compute->prefill_layer_s, g * s_new);
+    attn_prefill = B * prefill_pairs * compute->prefill_pair_s;
+    if (P > 0) {
+      layer_prefix = interpolate(compute->prefill_tokens, compute->prefill_layer_s, P) +
+                     P * P * compute->prefill_pair_s;
+    }
     gemm_decode = compute->decode_layers(g * R, k);
     decode_stream_extra = compute->decode_stream_extra(g * R);
     attn_dev_seq = R * std::max(0.0, ctx_attend - compute->decode_ctx) * compute->decode_key_s;
     head_prefill = compute->heads(g, k);
     head_decode = compute->heads(g * R, k);
   } else {
-    gemm_prefill = k * roofline(g * s * flops_layer, hw.gemm_prefill_flops, w_layer, dev_bw);
-    attn_prefill = B * 4 * s * s * q_dim / hw.attention_prefill_flops;
+    gemm_prefill = k * roofline(g * s_new * flops_layer, hw.gemm_prefill_flops, w_layer, dev_bw);
+    attn_prefill = B * 4 * prefill_pairs * q_dim / hw.attention_prefill_flops;
+    if (P > 0) {
+      layer_prefix = roofline(P * flops_layer, hw.gemm_prefill_flops, w_layer, dev_bw) +
+                     4 * P * P * q_dim / hw.attention_prefill_flops;
+    }
     gemm_decode = k * roofline(g * R * flops_layer, hw.gemm_decode_flops, w_layer, dev_bw);
     attn_dev_seq = roofline(R * 4 * ctx_attend * q_dim, hw.attention_decode_flops,
                             kv_token * ctx_attend, dev_bw);
@@ -305,9 +336,12 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // ---- prefill layer step ----
   {
     StepCost& st = m.prefill_layer;
-    const Affine d2c_s = (w_layer / d2c_w) * disk(W) + (hid_token * s * B / d2c) * disk(ACT);
+    // With shared prefixes each sequence reads its shared pages' KV (where
+    // they live) and stores only its own.
+    const Affine d2c_s = (w_layer / d2c_w) * disk(W) + (hid_token * s_new * B / d2c) * disk(ACT) +
+                         (kv_token * shared * B / d2c_kv) * disk(KV);
     const Affine c2d_s =
-        (kv_token * s * B / c2d_kv) * disk(KV) + (hid_token * s * B / c2d) * disk(ACT);
+        (kv_token * s_new * B / c2d_kv) * disk(KV) + (hid_token * s_new * B / c2d) * disk(ACT);
     const Affine gemm = affine_constant(gemm_prefill);
     const Affine attn = affine_constant(attn_prefill);
     if (unified) {
@@ -315,15 +349,40 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
           {"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, gemm}, {"attention", attn}};
       st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2, 3}}};
     } else {
-      const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * s * B * off(ACT));
+      const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * s_new * B * off(ACT) +
+                                        kv_token * shared * B * off(KV));
       const Affine g2c_s =
-          (kv_token * s * B / g2c_kv) * off(KV) + (hid_token * s * B / g2c) * off(ACT);
+          (kv_token * s_new * B / g2c_kv) * off(KV) + (hid_token * s_new * B / g2c) * off(ACT);
       st.terms = {{"cpu->gpu", c2g_s},  {"disk->cpu", d2c_s}, {"gpu->cpu", g2c_s},
                   {"cpu->disk", c2d_s}, {"gemm", gemm},       {"attention", attn}};
       st.bounds = {
           {"cpu->gpu + disk->cpu", {0, 1}}, {"gpu->cpu + cpu->disk", {2, 3}}, {"compute", {4, 5}}};
     }
   }
+  // ---- prefix step (shared prompt prefixes) ----
+  // One more pass over the layers before the prefill: the weights streamed
+  // again, P tokens computed as one prompt, their KV stored.
+  if (P > 0) {
+    StepCost& st = m.prefix_layer;
+    const Affine d2c_s = (w_layer / d2c_w) * disk(W);
+    const Affine c2d_s = (kv_token * P / c2d_kv) * disk(KV);
+    const Affine layer = affine_constant(layer_prefix);
+    if (unified) {
+      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, layer}};
+      st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2}}};
+    } else {
+      const Affine c2g_s = (w_layer / c2g) * off(W);
+      const Affine g2c_s = (kv_token * P / g2c_kv) * off(KV);
+      st.terms = {{"cpu->gpu", c2g_s},
+                  {"disk->cpu", d2c_s},
+                  {"gpu->cpu", g2c_s},
+                  {"cpu->disk", c2d_s},
+                  {"gemm", layer}};
+      st.bounds = {
+          {"cpu->gpu + disk->cpu", {0, 1}}, {"gpu->cpu + cpu->disk", {2, 3}}, {"compute", {4}}};
+    }
+  }
+
   // ---- decode layer step ----
   {
     StepCost& st = m.decode_layer;
@@ -392,6 +451,10 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       }
     }
   }
+
+  // A prefix step stages the embeddings and the head as the prefill does
+  // (and runs the head on its rows, whose logits nobody reads).
+  if (P > 0) m.prefix_head = m.prefill_head;
 
   // ---- memory ----
   // Working memory of one micro-batch on the device: the residual stream

@@ -25,7 +25,9 @@
 // the host->device copies do not overlap the CPU's attention work.)
 // A block takes L*prefill_layer + prefill_head + (n-1)*(L*decode_layer +
 // decode_head), the head being the output projection of each step; with
-// speculative decoding (n-1)/E steps of R rows per sequence (Workload).
+// speculative decoding (n-1)/E steps of R rows per sequence, and with
+// shared prompt prefixes a prefix step's L*prefix_layer + prefix_head
+// before the prefill in a share of the blocks (Workload).
 //
 // Transfer terms: bytes over the link's bandwidth. Compute: GEMM at the
 // device's prefill or decode rate with a roofline on reading the weights
@@ -69,6 +71,17 @@ struct Workload {
   // A draft model's seconds per decode step of a block (its passes run
   // between the engine's steps, so they add to each step); 0 without one.
   double draft_step_s = 0;
+  // Shared prompt prefixes (kv/shared_prefix.h): per sequence, the prompt
+  // tokens its prefill does not compute (whole pages of a prefix it shares
+  // with others of its block); a block with shared prefixes first runs a
+  // prefix step, one more pass over the layers that computes and stores
+  // each distinct prefix once (prefix_step_tokens in all), in prefix_steps
+  // of the blocks (0 to 1). The prefill then computes s - shared_tokens
+  // tokens per sequence, attending over all s, and reads the shared pages'
+  // KV where it lives.
+  double shared_tokens = 0;
+  double prefix_step_tokens = 0;
+  double prefix_steps = 0;
   // Bytes of an uncompressed KV element: the engine's KV dtype (f16, or f32
   // when it computes in f32 on a CPU). Policy::compress_kv replaces it.
   double kv_elem_bytes = 2;
@@ -153,6 +166,9 @@ struct CostModel {
   Workload work;
   Policy batch;  // batch sizes, cpu_attention, compression; its fractions are not used
   StepCost prefill_layer, prefill_head, decode_layer, decode_head;
+  // The prefix step of a block with shared prompt prefixes (no terms
+  // without: Workload::prefix_steps == 0).
+  StepCost prefix_layer, prefix_head;
   std::array<std::array<TierMemory, kNumPhases>, kNumTiers> memory;  // [tier][phase]
   // Shares the device fixes: with a CPU device the gpu tier is RAM and the
   // gpu fractions are 0 (RAM-resident data counts as cpu).

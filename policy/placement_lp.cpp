@@ -23,6 +23,7 @@ struct Program {
   LinearProgram lp;
   std::array<int, kNumShares> x{};
   int t_prefill_layer = -1, t_prefill_head = -1, t_decode_layer = -1, t_decode_head = -1;
+  int t_prefix_layer = -1, t_prefix_head = -1;
   LinearProgram::Coeffs time_objective;  // seconds per generated token
 };
 
@@ -80,6 +81,10 @@ void build_program(Program& p, const CostModel& m, const PlacementPins& fixed, W
   add_step(p, p.t_prefill_head, m.prefill_head);
   add_step(p, p.t_decode_layer, m.decode_layer);
   add_step(p, p.t_decode_head, m.decode_head);
+  p.t_prefix_layer = p.lp.add_var(0, inf, "t_prefix_layer");
+  p.t_prefix_head = p.lp.add_var(0, inf, "t_prefix_head");
+  add_step(p, p.t_prefix_layer, m.prefix_layer);
+  add_step(p, p.t_prefix_head, m.prefix_head);
 
   const double L = static_cast<double>(m.shape.n_layer);
   const double steps = static_cast<double>(m.work.gen_len - 1);
@@ -87,7 +92,9 @@ void build_program(Program& p, const CostModel& m, const PlacementPins& fixed, W
   p.time_objective = {{p.t_prefill_layer, L * per_token},
                       {p.t_prefill_head, per_token},
                       {p.t_decode_layer, steps * L * per_token},
-                      {p.t_decode_head, steps * per_token}};
+                      {p.t_decode_head, steps * per_token},
+                      {p.t_prefix_layer, m.work.prefix_steps * L * per_token},
+                      {p.t_prefix_head, m.work.prefix_steps * per_token}};
 }
 
 bool tier_used(const CostModel& m, int t) {

@@ -68,6 +68,9 @@ struct EngineStats {
   // these), and the KV bytes (every layer) of the pages they shared.
   int64_t reused_prompt_tokens = 0;
   uint64_t kv_shared_bytes = 0;
+  // Blocks run, the prefix steps among them (a block's first pass computing
+  // its shared prefixes once) and the tokens those computed.
+  int64_t blocks = 0, prefix_steps = 0, prefix_step_tokens = 0;
   // Speculative decoding: draft tokens fed to decode steps (verified) and
   // those the caller accepted.
   int64_t drafted_tokens = 0, accepted_tokens = 0;

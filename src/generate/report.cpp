@@ -79,6 +79,8 @@ nlohmann::ordered_json RunReport::to_json() const {
   j["decode_steps"] = engine.decode_steps;
   j["prefill_tokens_computed"] = engine.prompt_tokens - engine.reused_prompt_tokens;
   j["prefix_reused_tokens"] = engine.reused_prompt_tokens;
+  j["prefix_steps"] = engine.prefix_steps;
+  j["prefix_step_tokens"] = engine.prefix_step_tokens;
   j["kv_shared_bytes"] = engine.kv_shared_bytes;
   j["drafted_tokens"] = engine.drafted_tokens;
   j["accepted_tokens"] = engine.accepted_tokens;
@@ -232,6 +234,14 @@ SpeculationRates measured_speculation(const EngineStats& s, int64_t n_sequences,
           s.decode_steps > 0 ? draft_s / static_cast<double>(s.decode_steps) : 0};
 }
 
+SharingRates measured_sharing(const EngineStats& s, int64_t n_sequences) {
+  if (s.prefix_steps <= 0 || n_sequences <= 0 || s.blocks <= 0) return {};
+  const auto steps = static_cast<double>(s.prefix_steps);
+  return {static_cast<double>(s.reused_prompt_tokens + s.prefix_step_tokens) /
+              static_cast<double>(n_sequences),
+          static_cast<double>(s.prefix_step_tokens) / steps, steps / static_cast<double>(s.blocks)};
+}
+
 EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
   EngineStats d = now;
   d.prefill_s -= before.prefill_s;
@@ -240,6 +250,9 @@ EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
   d.generated_tokens -= before.generated_tokens;
   d.decode_steps -= before.decode_steps;
   d.reused_prompt_tokens -= before.reused_prompt_tokens;
+  d.blocks -= before.blocks;
+  d.prefix_steps -= before.prefix_steps;
+  d.prefix_step_tokens -= before.prefix_step_tokens;
   d.kv_shared_bytes -= std::min(d.kv_shared_bytes, before.kv_shared_bytes);
   d.drafted_tokens -= before.drafted_tokens;
   d.accepted_tokens -= before.accepted_tokens;

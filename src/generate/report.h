@@ -89,6 +89,15 @@ struct SpeculationRates {
 SpeculationRates measured_speculation(const EngineStats& s, int64_t n_sequences,
                                       double draft_s = 0);
 
+// Shared prompt prefixes as measured, in the cost model's terms
+// (policy/cost_model.h, Workload): per sequence the prompt tokens its
+// prefill did not compute, the tokens of one prefix step, and the prefix
+// steps per block; all 0 without sharing.
+struct SharingRates {
+  double shared_tokens = 0, prefix_step_tokens = 0, prefix_steps = 0;
+};
+SharingRates measured_sharing(const EngineStats& s, int64_t n_sequences);
+
 // The work done between two stats() snapshots (peak_bytes: the later peaks).
 EngineStats stats_since(const EngineStats& now, const EngineStats& before);
 

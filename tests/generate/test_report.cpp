@@ -116,6 +116,23 @@ TEST(Report, MeasuredSpeculationRates) {
   EXPECT_EQ(measured_speculation(s, 4).tokens, 1);
 }
 
+// The rates the cost model is given for shared prompt prefixes: per
+// sequence the tokens its prefill did not compute (taken from a shared
+// prefix, or computed by the prefix step), the tokens of one prefix step,
+// the prefix steps per block.
+TEST(Report, MeasuredSharingRates) {
+  EngineStats s;
+  s.blocks = 4;
+  EXPECT_EQ(measured_sharing(s, 16).prefix_steps, 0);  // no prefix step: nothing shared
+  s.prefix_steps = 2;
+  s.prefix_step_tokens = 64;     // two prefixes of 32, one per prefix step
+  s.reused_prompt_tokens = 192;  // six other members took 32 each
+  const SharingRates r = measured_sharing(s, 16);
+  EXPECT_DOUBLE_EQ(r.shared_tokens, (192.0 + 64) / 16);
+  EXPECT_DOUBLE_EQ(r.prefix_step_tokens, 32);
+  EXPECT_DOUBLE_EQ(r.prefix_steps, 0.5);
+}
+
 // A draft model's seconds count in the decode time and its rate.
 TEST(Report, DraftModelTimeIsDecodeTime) {
   RunReport r;

@@ -9,9 +9,11 @@
 // with KV on disk the shared pages are written once.
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
+#include "kv/shared_prefix.h"
 #include "offload/fixture_runs.h"
 #include "offload/offload_engine.h"
 
@@ -26,6 +28,8 @@ TEST_P(PrefixEngine, SharingGivesTheTokensOfTheRunWithout) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix");
   const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
+  ASSERT_EQ(prompts.size(), 9u);
+  std::vector<std::span<const int32_t>> views(prompts.begin(), prompts.end());
   for (const auto& [g, k] : {std::pair<int64_t, int64_t>{3, 3}, {9, 1}}) {
     for (const DType kv : {DType::kF32, DType::kF16}) {
       for (const double kv_ram : {1.0, 0.5, 0.0}) {
@@ -51,6 +55,20 @@ TEST_P(PrefixEngine, SharingGivesTheTokensOfTheRunWithout) {
         EXPECT_GT(got.stats.kv_shared_bytes, 0u) << what;
         EXPECT_EQ(got.stats.prompt_tokens, ref.stats.prompt_tokens) << what;
         EXPECT_EQ(got.stats.generated_tokens, ref.stats.generated_tokens) << what;
+        // One block (its 9 prompts), whose prefix step computed each group's
+        // prefix once; the other members took theirs from it.
+        int64_t prefixes = 0, shared = 0;
+        for (const PrefixGroup& grp : find_prefix_groups(views, o.page_size)) {
+          prefixes += grp.tokens;
+          shared += grp.tokens * static_cast<int64_t>(grp.members.size());
+        }
+        ASSERT_GT(prefixes, 0) << what;
+        EXPECT_EQ(ref.stats.blocks, 1) << what;
+        EXPECT_EQ(ref.stats.prefix_steps, 0) << what;
+        EXPECT_EQ(got.stats.blocks, 1) << what;
+        EXPECT_EQ(got.stats.prefix_steps, 1) << what;
+        EXPECT_EQ(got.stats.prefix_step_tokens, prefixes) << what;
+        EXPECT_EQ(got.stats.reused_prompt_tokens + got.stats.prefix_step_tokens, shared) << what;
         if (kv_ram < 1.0) {
           // Shared pages are stored once.
           EXPECT_LT(link_bytes(got.stats, "cpu->disk"), link_bytes(ref.stats, "cpu->disk")) << what;

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 #include "policy/cost_model.h"
+#include "policy/placement_lp.h"
 #include "policy/policy_fixtures.h"
 #include "policy/speculation.h"
 
@@ -192,6 +194,71 @@ TEST(PolicyCostModel, SpeculationComputesRowsAndKeepsTokens) {
   for (const double d : {-1.0, std::nan("")}) {
     drafted.draft_step_s = d;
     EXPECT_THROW(build_cost_model(t.shape, t.hw, drafted, t.pol), Error) << d;
+  }
+}
+
+// Shared prompt prefixes: the prefill computes and stores s - shared tokens
+// per sequence, attends over all s (the prefix's square taken off), and
+// reads the shared pages' KV where it lives; a prefix step in half the
+// blocks streams the weights again, computes its P tokens and stores their
+// KV; the LP's objective prices the same block.
+TEST(PolicyCostModel, SharedPrefixesByHand) {
+  TinyCase t;
+  t.work.shared_tokens = 4;
+  t.work.prefix_step_tokens = 6;
+  t.work.prefix_steps = 0.5;
+  const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  const Placement x = t.pol.placement;
+  const double s = 8, shared = 4, sn = 4, P = 6, B = 6, g = 2, k = 3;
+  const double wn = 0.25, kn = 0.25, hn = 0.0;
+  EXPECT_REL(term(m.prefill_layer, "cpu->gpu", x),
+             (kWl * 0.75 + kHt * sn * B * 0.5 + kKt * shared * B * 0.5) / 1000);
+  EXPECT_REL(term(m.prefill_layer, "disk->cpu", x),
+             (kWl * wn + kHt * sn * B * hn + kKt * shared * B * kn) / 100);
+  EXPECT_REL(term(m.prefill_layer, "gpu->cpu", x),
+             kKt * sn * B * 0.5 / 250 + kHt * sn * B * 0.5 / 500);
+  EXPECT_REL(term(m.prefill_layer, "cpu->disk", x),
+             kKt * sn * B * kn / 25 + kHt * sn * B * hn / 50);
+  EXPECT_REL(term(m.prefill_layer, "gemm", x), k * g * sn * 2 * kLayerElems / 1e6);
+  EXPECT_REL(term(m.prefill_layer, "attention", x), B * 4 * (s * s - shared * shared) * 64 / 2e6);
+
+  EXPECT_REL(term(m.prefix_layer, "cpu->gpu", x), kWl * 0.75 / 1000);
+  EXPECT_REL(term(m.prefix_layer, "disk->cpu", x), kWl * wn / 100);
+  EXPECT_REL(term(m.prefix_layer, "gpu->cpu", x), kKt * P * 0.5 / 250);
+  EXPECT_REL(term(m.prefix_layer, "cpu->disk", x), kKt * P * kn / 25);
+  EXPECT_REL(term(m.prefix_layer, "gemm", x), P * 2 * kLayerElems / 1e6 + 4 * P * P * 64 / 2e6);
+  EXPECT_REL(m.prefix_head.seconds(x), m.prefill_head.seconds(x));
+  EXPECT_REL(m.prefill_seconds(x),
+             2 * m.prefill_layer.seconds(x) + m.prefill_head.seconds(x) +
+                 0.5 * (2 * m.prefix_layer.seconds(x) + m.prefix_head.seconds(x)));
+  // Decode is untouched; without sharing there is no prefix step.
+  const CostModel plain = build_cost_model(t.shape, t.hw, TinyCase().work, t.pol);
+  EXPECT_REL(m.decode_seconds(x), plain.decode_seconds(x));
+  EXPECT_TRUE(plain.prefix_layer.terms.empty());
+  EXPECT_TRUE(plain.prefix_head.terms.empty());
+  EXPECT_REL(plain.prefill_seconds(x),
+             2 * plain.prefill_layer.seconds(x) + plain.prefill_head.seconds(x));
+
+  // The LP's objective at its own placement is the evaluation of that policy.
+  Budgets b;
+  b.gpu = b.cpu = b.disk = 1e12;
+  const PlacementResult r = solve_placement(m, b, {});
+  ASSERT_TRUE(r.feasible);
+  Policy chosen = t.pol;
+  chosen.placement = r.x;
+  const Prediction p = evaluate(m, chosen, b);
+  EXPECT_NEAR(r.seconds_per_token, p.total_s / m.generated_tokens(), 1e-6 * r.seconds_per_token);
+
+  for (const auto& [sh, tokens, steps] : {std::tuple{8.0, 6.0, 0.5},
+                                          {-1.0, 6.0, 0.5},
+                                          {4.0, -1.0, 0.5},
+                                          {4.0, 6.0, 1.5},
+                                          {4.0, std::nan(""), 0.5}}) {
+    Workload bad = t.work;
+    bad.shared_tokens = sh;
+    bad.prefix_step_tokens = tokens;
+    bad.prefix_steps = steps;
+    EXPECT_THROW(build_cost_model(t.shape, t.hw, bad, t.pol), Error) << sh << " " << tokens;
   }
 }
 
