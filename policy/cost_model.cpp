@@ -245,11 +245,14 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // layer reads only its selected pages (offload/kv_staging.h), in requests
   // of a page or a few (ctx_disk_sparse), the first kSparseFirstLayer
   // layers all of a sequence's (ctx_disk_dense).
-  double ctx_disk_dense = ctx_read, ctx_disk_sparse = 0;
+  // A micro-batch loads a shared prefix's pages once for its sequences
+  // (offload/kv_staging.h): per sequence, as if its g sequences shared it.
+  const double ctx_loaded = ctx_read - shared * (1 - 1 / g);
+  double ctx_disk_dense = ctx_loaded, ctx_disk_sparse = 0;
   if (pol.sparse_attention_budget > 0) {
     ctx_attend = std::min(ctx_attend, static_cast<double>(pol.sparse_attention_budget));
     const double dense_layers = std::min(L, static_cast<double>(kSparseFirstLayer));
-    ctx_disk_dense = ctx_read * dense_layers / L;
+    ctx_disk_dense = ctx_loaded * dense_layers / L;
     ctx_disk_sparse = ctx_attend * (L - dense_layers) / L;
   }
 
@@ -402,7 +405,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       // With CPU attention only q goes down and the attention output comes
       // back; without it the KV held off the device is loaded every step.
       const Affine kv_in =
-          cpu_attention ? (a * q_dim * R * B) * off(KV) : (kv_token * ctx_read * B) * off(KV);
+          cpu_attention ? (a * q_dim * R * B) * off(KV) : (kv_token * ctx_loaded * B) * off(KV);
       const Affine kv_out =
           (kv_token * E * B) * off(KV) + (cpu_attention ? (a * q_dim * R * B) * off(KV) : Affine());
       const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * R * B * off(ACT) + kv_in);

@@ -78,7 +78,8 @@ struct Workload {
   // each distinct prefix once (prefix_step_tokens in all), in prefix_steps
   // of the blocks (0 to 1). The prefill then computes s - shared_tokens
   // tokens per sequence, attending over all s, and reads the shared pages'
-  // KV where it lives.
+  // KV where it lives; decode loads a shared page once per micro-batch
+  // (taken as if each micro-batch's sequences shared one prefix).
   double shared_tokens = 0;
   double prefix_step_tokens = 0;
   double prefix_steps = 0;

@@ -14,7 +14,7 @@
 # Each row runs once to warm up, then three times (the report keeps the
 # median: a shared virtual machine's speed can wander by 10-30% from one
 # minute to the next).
-# The demo model's grid takes about 8 minutes on a 2-core machine; BIG=1
+# The demo model's grid takes about 3 minutes on a 2-core machine; BIG=1
 # adds about 5 (and writes that model once). Numbers need an otherwise idle
 # machine; the load average is printed before and after. Reports go to
 # OUT_DIR (default models/validate-cost-model, which git ignores).
@@ -76,6 +76,9 @@ if [[ "${DEMO:-1}" == 1 ]]; then
   row demo-kvq8-b8-p256-g32 "$demo" 256 32 8 1 "${ram[@]}" --compress-kv q8
   row demo-kvq4-b8-p256-g32 "$demo" 256 32 8 1 "${ram[@]}" --compress-kv q4
   OFFLOAD_SUFFIX=-q4 row demo-disk-wq4-b8-p128-g32 "$demo" 128 32 8 1 "${disk[@]}" --compress-weight q4
+  # half of every prompt a shared prefix: a prefix step, then the rest
+  row demo-shared-b8-p256-g16 "$demo" 256 16 8 1 "${ram[@]}" --shared-prefix 128
+  row demo-shared-kvdisk-b8-p256-g16 "$demo" 256 16 8 1 "${kv_disk[@]}" --shared-prefix 128
 fi
 if [[ "${BIG:-0}" == 1 ]]; then
   if [[ ! -f "$big/model.safetensors" ]]; then

@@ -201,7 +201,8 @@ TEST(PolicyCostModel, SpeculationComputesRowsAndKeepsTokens) {
 // per sequence, attends over all s (the prefix's square taken off), and
 // reads the shared pages' KV where it lives; a prefix step in half the
 // blocks streams the weights again, computes its P tokens and stores their
-// KV; the LP's objective prices the same block.
+// KV; decode loads a shared page once per micro-batch; the LP's objective
+// prices the same block.
 TEST(PolicyCostModel, SharedPrefixesByHand) {
   TinyCase t;
   t.work.shared_tokens = 4;
@@ -231,9 +232,17 @@ TEST(PolicyCostModel, SharedPrefixesByHand) {
   EXPECT_REL(m.prefill_seconds(x),
              2 * m.prefill_layer.seconds(x) + m.prefill_head.seconds(x) +
                  0.5 * (2 * m.prefix_layer.seconds(x) + m.prefix_head.seconds(x)));
-  // Decode is untouched; without sharing there is no prefix step.
+  // Decode loads a shared page once per micro-batch of g = 2: 10 - 4 / 2
+  // tokens of KV per sequence on average; the rest is as without sharing.
+  const double ctx_loaded = 8 + 4 / 2.0 - shared / 2;
+  EXPECT_REL(term(m.decode_layer, "cpu->gpu", x),
+             (kWl * 0.75 + kHt * B * 0.5 + kKt * ctx_loaded * B * 0.5) / 1000);
+  EXPECT_REL(term(m.decode_layer, "disk->cpu", x), (kWl * wn + kKt * ctx_loaded * B * kn) / 100);
   const CostModel plain = build_cost_model(t.shape, t.hw, TinyCase().work, t.pol);
-  EXPECT_REL(m.decode_seconds(x), plain.decode_seconds(x));
+  for (const char* same : {"gpu->cpu", "cpu->disk", "gemm", "attention (gpu)"}) {
+    EXPECT_REL(term(m.decode_layer, same, x), term(plain.decode_layer, same, x)) << same;
+  }
+  // Without sharing there is no prefix step.
   EXPECT_TRUE(plain.prefix_layer.terms.empty());
   EXPECT_TRUE(plain.prefix_head.terms.empty());
   EXPECT_REL(plain.prefill_seconds(x),
