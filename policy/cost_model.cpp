@@ -339,10 +339,10 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // ---- prefill layer step ----
   {
     StepCost& st = m.prefill_layer;
-    // With shared prefixes each sequence reads its shared pages' KV (where
-    // they live) and stores only its own.
+    // With shared prefixes each micro-batch loads its shared pages' KV
+    // (where they live) once, and stores only its sequences' own.
     const Affine d2c_s = (w_layer / d2c_w) * disk(W) + (hid_token * s_new * B / d2c) * disk(ACT) +
-                         (kv_token * shared * B / d2c_kv) * disk(KV);
+                         (kv_token * shared * k / d2c_kv) * disk(KV);
     const Affine c2d_s =
         (kv_token * s_new * B / c2d_kv) * disk(KV) + (hid_token * s_new * B / c2d) * disk(ACT);
     const Affine gemm = affine_constant(gemm_prefill);
@@ -353,7 +353,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2, 3}}};
     } else {
       const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * s_new * B * off(ACT) +
-                                        kv_token * shared * B * off(KV));
+                                        kv_token * shared * k * off(KV));
       const Affine g2c_s =
           (kv_token * s_new * B / g2c_kv) * off(KV) + (hid_token * s_new * B / g2c) * off(ACT);
       st.terms = {{"cpu->gpu", c2g_s},  {"disk->cpu", d2c_s}, {"gpu->cpu", g2c_s},

@@ -77,9 +77,9 @@ struct Workload {
   // prefix step, one more pass over the layers that computes and stores
   // each distinct prefix once (prefix_step_tokens in all), in prefix_steps
   // of the blocks (0 to 1). The prefill then computes s - shared_tokens
-  // tokens per sequence, attending over all s, and reads the shared pages'
-  // KV where it lives; decode loads a shared page once per micro-batch
-  // (taken as if each micro-batch's sequences shared one prefix).
+  // tokens per sequence, attending over all s; prefill and decode load a
+  // shared page once per micro-batch (taken as if each micro-batch's
+  // sequences shared one prefix) from where it lives.
   double shared_tokens = 0;
   double prefix_step_tokens = 0;
   double prefix_steps = 0;

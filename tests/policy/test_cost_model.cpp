@@ -199,7 +199,7 @@ TEST(PolicyCostModel, SpeculationComputesRowsAndKeepsTokens) {
 
 // Shared prompt prefixes: the prefill computes and stores s - shared tokens
 // per sequence, attends over all s (the prefix's square taken off), and
-// reads the shared pages' KV where it lives; a prefix step in half the
+// each micro-batch reads the shared pages' KV where it lives; a prefix step in half the
 // blocks streams the weights again, computes its P tokens and stores their
 // KV; decode loads a shared page once per micro-batch; the LP's objective
 // prices the same block.
@@ -213,9 +213,9 @@ TEST(PolicyCostModel, SharedPrefixesByHand) {
   const double s = 8, shared = 4, sn = 4, P = 6, B = 6, g = 2, k = 3;
   const double wn = 0.25, kn = 0.25, hn = 0.0;
   EXPECT_REL(term(m.prefill_layer, "cpu->gpu", x),
-             (kWl * 0.75 + kHt * sn * B * 0.5 + kKt * shared * B * 0.5) / 1000);
+             (kWl * 0.75 + kHt * sn * B * 0.5 + kKt * shared * k * 0.5) / 1000);
   EXPECT_REL(term(m.prefill_layer, "disk->cpu", x),
-             (kWl * wn + kHt * sn * B * hn + kKt * shared * B * kn) / 100);
+             (kWl * wn + kHt * sn * B * hn + kKt * shared * k * kn) / 100);
   EXPECT_REL(term(m.prefill_layer, "gpu->cpu", x),
              kKt * sn * B * 0.5 / 250 + kHt * sn * B * 0.5 / 500);
   EXPECT_REL(term(m.prefill_layer, "cpu->disk", x),
