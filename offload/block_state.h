@@ -82,10 +82,9 @@ class BlockState {
   bool begin_step(int32_t step);
   // After the prefix step: every group's other members share their
   // leader's prefix pages and join the micro-batches. Returns the prompt
-  // tokens they took from shared prefixes instead of computing them, and
-  // the KV pages (of every layer) they did not store.
-  // Tokens and pages the other members took from their group's prefix, and
-  // the tokens the prefix step computed (each group's prefix once).
+  // tokens they took from shared prefixes instead of computing them, the
+  // KV pages (of every layer) they did not store, and the tokens the prefix
+  // step computed (each group's prefix once, by its leader).
   struct Reused {
     int64_t tokens = 0, pages = 0, computed = 0;
   };
