@@ -336,54 +336,46 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       roofline(R * 4 * ctx_attend * q_dim, hw.cpu_attention_rate(pol.gpu_batch_size, shape.hidden),
                kv_token * ctx_attend, hw.cpu_mem_bandwidth);
 
-  // ---- prefill layer step ----
-  {
-    StepCost& st = m.prefill_layer;
-    // With shared prefixes each micro-batch loads its shared pages' KV
-    // (where they live) once, and stores only its sequences' own.
-    const Affine d2c_s = (w_layer / d2c_w) * disk(W) + (hid_token * s_new * B / d2c) * disk(ACT) +
-                         (kv_token * shared * k / d2c_kv) * disk(KV);
+  // ---- prefill-shaped steps: the prefill, and the prefix step before it ----
+  // A layer over the block's new tokens: the weights streamed in, `kv_out`
+  // tokens of KV stored, `kv_in` tokens of KV loaded, `act` tokens of hidden
+  // state moved where activations live off the device, and `compute`.
+  const auto prefill_shaped = [&](StepCost& st, double kv_out, double kv_in, double act,
+                                  std::vector<CostTerm> compute) {
+    const Affine d2c_s = (w_layer / d2c_w) * disk(W) + (hid_token * act / d2c) * disk(ACT) +
+                         (kv_token * kv_in / d2c_kv) * disk(KV);
     const Affine c2d_s =
-        (kv_token * s_new * B / c2d_kv) * disk(KV) + (hid_token * s_new * B / c2d) * disk(ACT);
-    const Affine gemm = affine_constant(gemm_prefill);
-    const Affine attn = affine_constant(attn_prefill);
+        (kv_token * kv_out / c2d_kv) * disk(KV) + (hid_token * act / c2d) * disk(ACT);
     if (unified) {
-      st.terms = {
-          {"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, gemm}, {"attention", attn}};
-      st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2, 3}}};
+      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}};
+      st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}};
     } else {
-      const Affine c2g_s = (1 / c2g) * (w_layer * off(W) + hid_token * s_new * B * off(ACT) +
-                                        kv_token * shared * k * off(KV));
+      const Affine c2g_s =
+          (1 / c2g) * (w_layer * off(W) + hid_token * act * off(ACT) + kv_token * kv_in * off(KV));
       const Affine g2c_s =
-          (kv_token * s_new * B / g2c_kv) * off(KV) + (hid_token * s_new * B / g2c) * off(ACT);
-      st.terms = {{"cpu->gpu", c2g_s},  {"disk->cpu", d2c_s}, {"gpu->cpu", g2c_s},
-                  {"cpu->disk", c2d_s}, {"gemm", gemm},       {"attention", attn}};
-      st.bounds = {
-          {"cpu->gpu + disk->cpu", {0, 1}}, {"gpu->cpu + cpu->disk", {2, 3}}, {"compute", {4, 5}}};
+          (kv_token * kv_out / g2c_kv) * off(KV) + (hid_token * act / g2c) * off(ACT);
+      st.terms = {
+          {"cpu->gpu", c2g_s}, {"disk->cpu", d2c_s}, {"gpu->cpu", g2c_s}, {"cpu->disk", c2d_s}};
+      st.bounds = {{"cpu->gpu + disk->cpu", {0, 1}}, {"gpu->cpu + cpu->disk", {2, 3}}};
     }
-  }
-  // ---- prefix step (shared prompt prefixes) ----
-  // One more pass over the layers before the prefill: the weights streamed
-  // again, P tokens computed as one prompt, their KV stored.
+    CostBound compute_bound{"compute", {}};
+    for (CostTerm& t : compute) {
+      compute_bound.terms.push_back(static_cast<int>(st.terms.size()));
+      st.terms.push_back(std::move(t));
+    }
+    st.bounds.push_back(std::move(compute_bound));
+  };
+  // The prefill: s - shared new tokens per sequence; with shared prefixes
+  // each micro-batch loads its shared pages' KV (where they live) once, and
+  // stores only its sequences' own.
+  prefill_shaped(
+      m.prefill_layer, s_new * B, shared * k, s_new * B,
+      {{gemm_name, affine_constant(gemm_prefill)}, {"attention", affine_constant(attn_prefill)}});
+  // The prefix step (shared prompt prefixes): one more pass over the layers
+  // before the prefill, the weights streamed again, P tokens computed as one
+  // prompt and their KV stored.
   if (P > 0) {
-    StepCost& st = m.prefix_layer;
-    const Affine d2c_s = (w_layer / d2c_w) * disk(W);
-    const Affine c2d_s = (kv_token * P / c2d_kv) * disk(KV);
-    const Affine layer = affine_constant(layer_prefix);
-    if (unified) {
-      st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, layer}};
-      st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2}}};
-    } else {
-      const Affine c2g_s = (w_layer / c2g) * off(W);
-      const Affine g2c_s = (kv_token * P / g2c_kv) * off(KV);
-      st.terms = {{"cpu->gpu", c2g_s},
-                  {"disk->cpu", d2c_s},
-                  {"gpu->cpu", g2c_s},
-                  {"cpu->disk", c2d_s},
-                  {"gemm", layer}};
-      st.bounds = {
-          {"cpu->gpu + disk->cpu", {0, 1}}, {"gpu->cpu + cpu->disk", {2, 3}}, {"compute", {4}}};
-    }
+    prefill_shaped(m.prefix_layer, P, 0, 0, {{gemm_name, affine_constant(layer_prefix)}});
   }
 
   // ---- decode layer step ----
