@@ -104,19 +104,26 @@ void KvStaging::plan(int64_t k, std::span<const int32_t> kv_sequences,
 }
 
 KvStaging::Slot& KvStaging::slot_for(int64_t layer, int64_t k, int32_t step, Executor& exec) {
-  // Consecutive layer computes (in schedule order, across steps) alternate.
+  // The compute's place in schedule order (steps, then layers, then micro-
+  // batches). A new compute takes over the slot of the older one: the two
+  // slots serve consecutive computes that stage KV, whichever micro-batches
+  // are live (a prefix step computes one of them: alternating by the
+  // position alone gave it the same slot at every layer, and each layer
+  // waited for the store of the one before).
   const int64_t q = (static_cast<int64_t>(step) * kv_.geometry().n_layer + layer) * n_mb_ + k;
-  Slot& s = slots_[static_cast<size_t>(q % 2)];
-  if (s.layer != layer || s.micro_batch != k || s.step != step) {
-    // Taken over from an earlier compute: what it stored from it must be
-    // out, and the CPU attention that read it done.
-    if (s.last_store > 0) exec.stores().wait(s.last_store);
-    if (s.layer >= 0) wait_attention(s.layer, s.micro_batch);
-    s.layer = layer;
-    s.micro_batch = k;
-    s.step = step;
-    s.load = 0;
+  for (Slot& s : slots_) {
+    if (s.order == q) return s;
   }
+  Slot& s = slots_[0].order <= slots_[1].order ? slots_[0] : slots_[1];
+  STRATA_ASSERT_MSG(s.order < q, "KV staging: a slot taken over before its compute ran");
+  // Taken over from an earlier compute: what it stored from it must be
+  // out, and the CPU attention that read it done.
+  if (s.last_store > 0) exec.stores().wait(s.last_store);
+  if (s.layer >= 0) wait_attention(s.layer, s.micro_batch);
+  s.order = q;
+  s.layer = layer;
+  s.micro_batch = k;
+  s.load = 0;
   return s;
 }
 

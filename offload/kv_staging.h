@@ -8,8 +8,9 @@
 // pool after each layer, then retired: their storage goes once the last
 // layer's stores are out).
 //
-// Two staging buffers serve consecutive layer computes (in schedule order,
-// across steps) alternately; a buffer is taken over only once the stores
+// Two staging buffers serve consecutive layer computes that stage KV (in
+// schedule order, across steps, skipping micro-batches with nothing live):
+// a new compute takes over the older one's buffer, only once the stores
 // from it are out and the CPU attention that read it is done. Records whose
 // disk slots are consecutive move in one request. Records live in host RAM
 // when the KV cache does (MemoryMode kHostMemory, kCpuAttention), else in
@@ -100,8 +101,8 @@ class KvStaging {
   // A staging buffer: which layer compute it serves, the load that fills
   // it, and the last store reading from it.
   struct Slot {
+    int64_t order = -1;  // the compute's place in schedule order; -1: none yet
     int64_t layer = -1, micro_batch = -1;
-    int32_t step = -1;
     uint64_t load = 0, last_store = 0;
     PoolBlock host;               // the records (host KV), or their relay
     DeviceBuffer dev;             // the records in device memory (device KV)
