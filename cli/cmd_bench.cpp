@@ -101,6 +101,15 @@ int run(const Options& o) {
   shape.mean_prompt = static_cast<double>(o.prompt_len);
   shape.gen = o.gen_len;
   shape.max_block = o.max_block;
+  // Every prompt of a block begins with the same shared_prefix tokens: a
+  // block of any size from two shares what two such prompts do.
+  const std::vector<Job> pair = synthetic_jobs(*tokenizer, model->config().n_vocab, 2, o.prompt_len,
+                                               static_cast<int32_t>(o.gen_len), o.shared_prefix);
+  const auto pair_sharing = planned_sharing(
+      pair, [](size_t) { return false; }, eo.prefix_sharing ? eo.page_size : 0);
+  shape.sharing = [&](int64_t block_size) {
+    return block_size >= 2 ? pair_sharing(2) : SharingRates{};
+  };
   o.speculation.apply_to_plan(shape, offload.policy);
   const RunPlan plan = offload.apply(eo, *model, shape);
   SpeculationFlags::after_plan(eo, gen);

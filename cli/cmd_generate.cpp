@@ -160,6 +160,9 @@ int run(const Options& o, MpiWorld& world) {
   }
   shape.mean_prompt = n_to_run > 0 ? static_cast<double>(prompt_sum) / n_to_run : 0;
   shape.max_block = std::max<int64_t>(1, n_to_run);
+  shape.sharing = planned_sharing(
+      jobs, [&](size_t i) { return !jobs[i].skipped.empty() || not_here(jobs[i].index); },
+      eo.prefix_sharing ? eo.page_size : 0);
   o.speculation.apply_to_plan(shape, offload.policy);
   if (rank_job) {
     spdlog::log(world.rank() == 0 ? spdlog::level::info : spdlog::level::debug,

@@ -5,9 +5,12 @@
 // and prints the placement, batch sizes, memory per tier, predicted prefill,
 // decode and total throughput and the binding term, as text or one JSON
 // object. Loads no weights; a model on disk is only described.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +20,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "generate/engine.h"
+#include "kv/shared_prefix.h"
 #include "model/model.h"
 #include "offload/device_support.h"
 #include "policy/cost_model.h"
@@ -35,6 +39,7 @@ struct PolicyArgs {
   std::string hardware;
   int64_t prompt_len = 512;
   int64_t gen_len = 32;
+  int64_t shared_prefix = 0;
   std::string gpu_mem, cpu_mem, disk_mem;
   std::string compress_weight, compress_kv;
   std::vector<double> percent;
@@ -90,8 +95,12 @@ void print_text(const ModelShape& shape, const HardwareProfile& hw, const Worklo
       p.compress_weight.enabled() ? p.compress_weight.to_string() : shape.weight_dtype);
   fmt::print("hardware     {}: {} device{}\n", hw.name, unified ? "CPU" : "GPU",
              hw.description.empty() ? "" : "; " + hw.description);
-  fmt::print("workload     prompt {} + gen {} tokens per sequence\n", work.prompt_len,
-             work.gen_len);
+  fmt::print("workload     prompt {} + gen {} tokens per sequence{}\n", work.prompt_len,
+             work.gen_len,
+             work.shared_tokens > 0
+                 ? fmt::format(", the first {} shared by the block (computed once per block)",
+                               work.shared_tokens)
+                 : std::string());
   fmt::print("policy       {}: gpu batch {} x {} batches = block of {} sequences; attention {}\n",
              searched ? fmt::format("searched ({} LPs)", n_lp) : std::string("given"),
              p.gpu_batch_size, p.num_gpu_batches, p.block_size(), attention_word(p, hw));
@@ -159,10 +168,31 @@ std::string yaml_header(const ModelShape& shape, const HardwareProfile& hw, cons
       pr.bound_phase == Phase::kPrefill ? pr.bound_prefill : pr.bound_decode, mem);
 }
 
+// The workload of a block of `block_size` sequences whose prompts all begin
+// with the same `shared` tokens (a system prompt), shared as the engine
+// shares them (kv/shared_prefix.h: whole pages, a prompt's last token
+// computed by its prefill): computed once per block by a prefix step.
+void share_prefix(Workload& work, int64_t shared, int64_t block_size) {
+  if (shared <= 0 || block_size < 2) return;
+  std::vector<int32_t> a(static_cast<size_t>(work.prompt_len), 1), b = a;
+  std::fill(a.begin() + shared, a.end(), 2);
+  std::fill(b.begin() + shared, b.end(), 3);
+  const std::vector<std::span<const int32_t>> prompts{a, b};
+  const std::vector<PrefixGroup> groups = find_prefix_groups(prompts, EngineOptions{}.page_size);
+  if (groups.empty()) return;
+  work.shared_tokens = static_cast<double>(groups.front().tokens);
+  work.prefix_step_tokens = work.shared_tokens;
+  work.prefix_steps = 1;
+}
+
 int run_policy(const PolicyArgs& a) {
   const ModelShape shape = resolve_model(a.model);
   const HardwareProfile hw = find_hardware_profile(a.hardware);
-  const Workload work{a.prompt_len, a.gen_len};
+  if (a.shared_prefix < 0 || a.shared_prefix > std::max<int64_t>(0, a.prompt_len)) {
+    fail("--shared-prefix {} is not allowed; use 0 to --prompt-len ({})", a.shared_prefix,
+         a.prompt_len);
+  }
+  Workload work{a.prompt_len, a.gen_len};
   Budgets budgets = budgets_of(hw);
   if (!a.gpu_mem.empty()) budgets.gpu = static_cast<double>(parse_bytes(a.gpu_mem, "--gpu-mem"));
   if (!a.cpu_mem.empty()) budgets.cpu = static_cast<double>(parse_bytes(a.cpu_mem, "--cpu-mem"));
@@ -201,6 +231,7 @@ int run_policy(const PolicyArgs& a) {
     validate_policy(policy, a.policy_file.empty() ? "policy flags" : a.policy_file);
     check_sparse_budget(policy.sparse_attention_budget);
     policy = normalize_policy(policy, hw);
+    share_prefix(work, a.shared_prefix, policy.block_size());
     pr = predict(shape, hw, work, policy, budgets);
   } else {
     SearchOptions opts;
@@ -215,7 +246,11 @@ int run_policy(const PolicyArgs& a) {
       for (int i = 0; i < kNumShares; ++i) opts.fixed[i] = percent->share[i];
     }
     opts.max_block_size = a.max_block;
+    opts.adapt_workload = [&](Workload& w, int64_t block_size) {
+      share_prefix(w, a.shared_prefix, block_size);
+    };
     const SearchResult r = search_policy(shape, hw, work, budgets, opts);
+    share_prefix(work, a.shared_prefix, r.policy.block_size());
     policy = r.policy;
     pr = r.prediction;
     searched = true;
@@ -241,7 +276,9 @@ int run_policy(const PolicyArgs& a) {
                         {"weight_bytes", shape.weight_bytes},
                         {"n_params", shape.n_params()}};
     j["hardware"] = hw.name;
-    j["workload"] = {{"prompt_len", work.prompt_len}, {"gen_len", work.gen_len}};
+    j["workload"] = {{"prompt_len", work.prompt_len},
+                     {"gen_len", work.gen_len},
+                     {"shared_tokens", work.shared_tokens}};
     j["mode"] = searched ? "search" : "evaluate";
     if (searched) j["lp_solved"] = n_lp;
     j["policy"] = policy_to_json(policy);
@@ -279,6 +316,10 @@ const Command kPolicy{
       sub.add_option("--prompt-len", a->prompt_len, "Prompt tokens per sequence")
           ->capture_default_str();
       sub.add_option("--gen-len", a->gen_len, "Generated tokens per sequence")
+          ->capture_default_str();
+      sub.add_option("--shared-prefix", a->shared_prefix,
+                     "Prompt tokens every sequence begins with (a system prompt): the engine "
+                     "computes and stores them once per block")
           ->capture_default_str();
       sub.add_option("--gpu-mem", a->gpu_mem,
                      "GPU memory budget, e.g. 15G (default: the profile's)");

@@ -31,6 +31,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The workload's shared prompt prefixes (Workload::shared_tokens and the
+// prefix step); a mean below the prompt's rounded length: the prefill
+// computes a token at least.
+void set_sharing(Workload& work, const SharingRates& sharing) {
+  work.shared_tokens =
+      std::clamp(sharing.shared_tokens, 0.0, static_cast<double>(work.prompt_len) - 1);
+  work.prefix_step_tokens = sharing.prefix_step_tokens;
+  work.prefix_steps = sharing.prefix_steps;
+}
+
 Compression compression_of(const std::optional<DType>& t) {
   Compression c;
   if (!t || !is_quantized(*t)) return c;
@@ -123,6 +133,11 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
     b.disk = static_cast<double>(free_disk_bytes(r.offload_dir));
   }
   SearchOptions so;
+  if (run.sharing) {
+    so.adapt_workload = [&](Workload& w, int64_t block_size) {
+      set_sharing(w, run.sharing(block_size));
+    };
+  }
   so.gpu_batch_size = r.gpu_batch_size;
   so.num_gpu_batches = r.num_gpu_batches;
   if (r.cpu_attention) so.cpu_attention = true;
@@ -296,10 +311,7 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
     work.spec_rows = spec.rows;
     work.spec_tokens = spec.tokens;
     work.draft_step_s = spec.draft_step_s;
-    // A mean below the prompt's rounded length: the prefill computes a token at least.
-    work.shared_tokens = std::min(sharing.shared_tokens, static_cast<double>(work.prompt_len) - 1);
-    work.prefix_step_tokens = sharing.prefix_step_tokens;
-    work.prefix_steps = sharing.prefix_steps;
+    set_sharing(work, sharing);
     work.kv_elem_bytes = kv_elem_bytes;
     work.act_elem_bytes = kEngineActBytes;
     const Prediction pr = strata::predict(shape, *hardware, work, policy, budgets_of(*hardware),

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -59,6 +60,10 @@ struct RunShape {
   // earlier run accepted (0: not given). With it the search also picks the
   // draft length, 0 (none) up to EngineOptions::max_draft_tokens.
   double draft_accepted = 0;
+  // What the run's blocks share of their prompts, for a block size
+  // (generate/driver.h: planned_sharing): the search plans each block size
+  // with it. Null: nothing shared.
+  std::function<SharingRates(int64_t block_size)> sharing;
 };
 
 // The plan that runs.

@@ -47,6 +47,13 @@ class Searcher {
     return p;
   }
 
+  // The workload of the candidate's block size.
+  Workload work_for(const Policy& p) const {
+    Workload w = work_;
+    if (opts_.adapt_workload) opts_.adapt_workload(w, p.block_size());
+    return w;
+  }
+
   Candidate solve(int64_t gbs, int64_t nb, bool cpu_attention) {
     const auto key = std::make_tuple(gbs, nb, cpu_attention);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
@@ -57,7 +64,7 @@ class Searcher {
     Policy p = policy_for(gbs, nb, cpu_attention);
     PlacementResult r;
     for (int round = 0; round < kKvShareRounds; ++round) {
-      const CostModel m = build_cost_model(shape_, hw_, work_, p, opts_.compute);
+      const CostModel m = build_cost_model(shape_, hw_, work_for(p), p, opts_.compute);
       r = solve_placement(m, budgets_, opts_.fixed);
       ++n_lp_;
       if (r.feasible && opts_.engine_fit) r = engine_checked(m, gbs, nb, cpu_attention, r);
@@ -217,7 +224,7 @@ class Searcher {
     r.policy = ranked_[pick].second;
     r.lp_seconds_per_token = ranked_[pick].first;
     r.n_plans = static_cast<int64_t>(ranked_.size());
-    const CostModel m = build_cost_model(shape_, hw_, work_, r.policy, opts_.compute);
+    const CostModel m = build_cost_model(shape_, hw_, work_for(r.policy), r.policy, opts_.compute);
     r.prediction = evaluate(m, r.policy, budgets_);
     r.n_lp_solved = n_lp_;
     spdlog::debug("policy search: {} linear programs", n_lp_);
@@ -257,8 +264,8 @@ class Searcher {
         msg = describe_engine_need(it->second);
         excess = shortfall(it->second);
       } else {
-        const CostModel m =
-            build_cost_model(shape_, hw_, work_, policy_for(gbs, nb, att), opts_.compute);
+        const Policy p = policy_for(gbs, nb, att);
+        const CostModel m = build_cost_model(shape_, hw_, work_for(p), p, opts_.compute);
         msg = describe_needs(m, policy_for(gbs, nb, att), excess);
       }
       if (excess < best_excess || (best_msg.empty() && !msg.empty())) {

@@ -58,6 +58,10 @@ struct SearchOptions {
   // So the search returns only policies the engine runs, with memory counted
   // as the engine counts it.
   std::function<EngineFit(const Policy&)> engine_fit;
+  // Sets in a copy of the search's workload what depends on the block size
+  // (what its sequences share of their prompts: Workload::shared_tokens and
+  // the prefix step), for each candidate; null: one workload for all.
+  std::function<void(Workload& work, int64_t block_size)> adapt_workload;
   // The engine's measured compute for this model (cost_model.h), or null
   // for the profile's rates.
   const EngineCompute* compute = nullptr;

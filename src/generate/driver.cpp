@@ -9,6 +9,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <sstream>
 
@@ -221,10 +223,11 @@ std::vector<Job> prepare_jobs(const PromptFile& prompts, const Tokenizer& tokeni
   return jobs;
 }
 
-std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t block_size,
-                                             const std::function<bool(size_t)>& skip,
-                                             int64_t shared_page) {
-  STRATA_ASSERT(block_size >= 1);
+namespace {
+
+// The order plan_blocks cuts into blocks.
+std::vector<size_t> block_order(std::span<const Job> jobs, const std::function<bool(size_t)>& skip,
+                                int64_t shared_page) {
   std::vector<size_t> order;
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (!skip(i)) order.push_back(i);
@@ -240,6 +243,16 @@ std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t 
       return jobs[a].tokens.size() > jobs[b].tokens.size();
     });
   }
+  return order;
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t block_size,
+                                             const std::function<bool(size_t)>& skip,
+                                             int64_t shared_page) {
+  STRATA_ASSERT(block_size >= 1);
+  const std::vector<size_t> order = block_order(jobs, skip, shared_page);
   std::vector<std::vector<size_t>> blocks;
   for (size_t i = 0; i < order.size(); i += static_cast<size_t>(block_size)) {
     const size_t end = std::min(order.size(), i + static_cast<size_t>(block_size));
@@ -247,6 +260,50 @@ std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t 
                         order.begin() + static_cast<std::ptrdiff_t>(end));
   }
   return blocks;
+}
+
+std::function<SharingRates(int64_t)> planned_sharing(std::span<const Job> jobs,
+                                                     const std::function<bool(size_t)>& skip,
+                                                     int64_t shared_page) {
+  if (shared_page <= 0) return [](int64_t) { return SharingRates{}; };
+  struct State {
+    std::vector<std::span<const int32_t>> prompts;  // in block order
+    int64_t page = 0;
+    std::map<int64_t, SharingRates> by_size;
+  };
+  auto st = std::make_shared<State>();
+  st->page = shared_page;
+  for (size_t i : block_order(jobs, skip, shared_page)) st->prompts.emplace_back(jobs[i].tokens);
+  return [st](int64_t block_size) {
+    STRATA_ASSERT(block_size >= 1);
+    if (auto it = st->by_size.find(block_size); it != st->by_size.end()) return it->second;
+    // As the engine groups a block's prompts (offload/block_state.cpp): each
+    // group's prefix is computed once by a prefix step and taken by all its
+    // members.
+    double shared = 0, step_tokens = 0;
+    int64_t steps = 0, blocks = 0;
+    const auto n = static_cast<int64_t>(st->prompts.size());
+    for (int64_t i = 0; i < n; i += block_size, ++blocks) {
+      const auto block =
+          std::span(st->prompts)
+              .subspan(static_cast<size_t>(i), static_cast<size_t>(std::min(block_size, n - i)));
+      const std::vector<PrefixGroup> groups = find_prefix_groups(block, st->page);
+      if (groups.empty()) continue;
+      ++steps;
+      for (const PrefixGroup& g : groups) {
+        step_tokens += static_cast<double>(g.tokens);
+        shared += static_cast<double>(g.tokens) * static_cast<double>(g.members.size());
+      }
+    }
+    SharingRates r;
+    if (steps > 0) {
+      r.shared_tokens = shared / static_cast<double>(n);
+      r.prefix_step_tokens = step_tokens / static_cast<double>(steps);
+      r.prefix_steps = static_cast<double>(steps) / static_cast<double>(blocks);
+    }
+    st->by_size.emplace(block_size, r);
+    return r;
+  };
 }
 
 OrderedJson make_record(const Job& job, const std::string& completion,

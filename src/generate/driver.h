@@ -52,6 +52,7 @@
 #include "generate/engine.h"
 #include "generate/output_file.h"
 #include "generate/prompt_file.h"
+#include "generate/report.h"
 #include "generate/sampler.h"
 
 namespace strata {
@@ -122,6 +123,17 @@ std::vector<Job> prepare_jobs(const PromptFile& prompts, const Tokenizer& tokeni
 std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t block_size,
                                              const std::function<bool(size_t)>& skip,
                                              int64_t shared_page = 0);
+
+// What the blocks of a run of `jobs` (those not skipped, in plan_blocks'
+// order) share of their prompts, for each block size: per sequence the
+// prompt tokens its prefill does not compute, the tokens of a block's prefix
+// step and the share of blocks that run one, as the engine groups a block's
+// prompts (kv/shared_prefix.h) and a run measures it (generate/report.h:
+// measured_sharing; sequences that finish early aside). The plan's cost
+// model takes it (plan/run_plan.h: RunShape::sharing). All 0 when
+// `shared_page` is 0. The result reads `jobs`, which must outlive it.
+std::function<SharingRates(int64_t block_size)> planned_sharing(
+    std::span<const Job> jobs, const std::function<bool(size_t)>& skip, int64_t shared_page);
 
 // The record of a job that ran (or was skipped: finish_reason "skipped"),
 // in the shape of its input format.

@@ -6,13 +6,16 @@
 // the fixtures' head_dim of 16 is below every q4/q8 KV group), with every
 // f32 logits row within the bound of another summation order (the
 // prefill's matrix products have fewer rows: as between micro-batch sizes);
-// with KV on disk the shared pages are written once.
+// with KV on disk the shared pages are written once; and the plan's count
+// of what a run shares is what the run measures.
 #include <gtest/gtest.h>
 
 #include <span>
 #include <string>
 #include <vector>
 
+#include "generate/driver.h"
+#include "generate/report.h"
 #include "kv/shared_prefix.h"
 #include "offload/fixture_runs.h"
 #include "offload/offload_engine.h"
@@ -76,6 +79,43 @@ TEST_P(PrefixEngine, SharingGivesTheTokensOfTheRunWithout) {
       }
     }
   }
+}
+
+// What the plan takes a run to share (generate/driver.h: planned_sharing)
+// is what the run measures (generate/report.h: measured_sharing), for
+// blocks of several sizes, each block's prompts in the driver's order.
+TEST_P(PrefixEngine, PlannedSharingIsWhatARunMeasures) {
+  const Fixture f = load(GetParam());
+  TempDir dir("prefix-plan");
+  const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
+  std::vector<Job> jobs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    jobs[i].index = i;
+    jobs[i].tokens = prompts[i];
+  }
+  const auto all = [](size_t) { return false; };
+  for (const auto& [g, k] : {std::pair<int64_t, int64_t>{1, 1}, {2, 1}, {2, 2}, {3, 3}}) {
+    const std::string what = f.name + " block " + std::to_string(g) + "x" + std::to_string(k);
+    EngineOptions o = fixture_options(f, g, k, dir.path);
+    o.prefix_sharing = true;
+    const SharingRates planned = planned_sharing(jobs, all, o.page_size)(g * k);
+    std::vector<std::vector<int32_t>> in_order;
+    for (const auto& block : plan_blocks(jobs, g * k, all, o.page_size)) {
+      for (const size_t i : block) in_order.push_back(prompts[i]);
+    }
+    const GenRun run = generate(*make_engine(*f.model, o), in_order);
+    const SharingRates got = measured_sharing(run.stats, static_cast<int64_t>(prompts.size()));
+    EXPECT_DOUBLE_EQ(planned.shared_tokens, got.shared_tokens) << what;
+    EXPECT_DOUBLE_EQ(planned.prefix_step_tokens, got.prefix_step_tokens) << what;
+    EXPECT_DOUBLE_EQ(planned.prefix_steps, got.prefix_steps) << what;
+    if (g * k == 1) {
+      EXPECT_EQ(planned.prefix_steps, 0) << what;  // nothing to share within a block of one
+    } else {
+      EXPECT_GT(planned.shared_tokens, 0) << what;
+    }
+  }
+  // Without sharing the plan takes none.
+  EXPECT_EQ(planned_sharing(jobs, all, 0)(9).shared_tokens, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixEngine, ::testing::Values("opt", "llama", "qwen2"),

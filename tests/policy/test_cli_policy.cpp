@@ -112,6 +112,43 @@ TEST(CliPolicy, PercentFlagsEvaluateTheFixedPolicy) {
   expect_prediction(nlohmann::json::parse(f.out), lib);
 }
 
+// --shared-prefix: every sequence's prompt begins with the same tokens,
+// computed once per block (whole pages: 500 of 512 shares 496, each
+// prompt's last token computed by its prefill); the evaluation is the
+// library's with that workload, and the search plans with it too.
+TEST(CliPolicy, SharedPrefixIsPricedAsComputedOncePerBlock) {
+  const std::string given =
+      "policy --model opt-30b --hardware t4 --percent 20 80 0 100 0 100 "
+      "--gpu-batch-size 48 --num-gpu-batches 3 --cpu-attention --json";
+  const CliRun r = run_strata(given + " --shared-prefix 500");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["workload"]["shared_tokens"].get<double>(), 496);
+  const Policy p = load_policy(std::string(STRATA_POLICIES_DIR) + "/flexgen-opt-30b-t4.yaml");
+  const HardwareProfile hw = find_hardware_profile("t4");
+  Workload w{512, 32};
+  w.shared_tokens = 496;
+  w.prefix_step_tokens = 496;
+  w.prefix_steps = 1;
+  expect_prediction(j, predict(find_model_preset("opt-30b"), hw, w, p, budgets_of(hw)));
+  const CliRun none = run_strata(given);
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_GT(j["predicted"]["prefill_tokens_per_s"].get<double>(),
+            nlohmann::json::parse(none.out)["predicted"]["prefill_tokens_per_s"].get<double>());
+
+  const CliRun searched = run_strata(
+      "policy --model opt-1.3b --hardware t4 --max-block 256 --shared-prefix 384 --json");
+  ASSERT_EQ(searched.exit_code, 0) << searched.err;
+  const nlohmann::json s = nlohmann::json::parse(searched.out);
+  EXPECT_EQ(s["mode"], "search");
+  EXPECT_EQ(s["workload"]["shared_tokens"].get<double>(),
+            s["policy"]["gpu_batch_size"].get<int64_t>() *
+                        s["policy"]["num_gpu_batches"].get<int64_t>() >=
+                    2
+                ? 384
+                : 0);
+}
+
 TEST(CliPolicy, OutputFileLoadsBack) {
   const auto path = temp_path("out.yaml");
   const CliRun r = run_strata(
@@ -162,6 +199,8 @@ TEST(CliPolicy, BadInputIsOneLineAndExitCodeOne) {
        "/nonexistent/hw.yaml: cannot open"},
       {"policy --model opt-175b --hardware t4 --cpu-mem 16G --disk-mem 0", "does not fit"},
       {"policy --model opt-30b --hardware t4 --prompt-len 2040 --gen-len 32", "tokens of context"},
+      {"policy --model opt-30b --hardware t4 --prompt-len 64 --shared-prefix 65",
+       "--shared-prefix 65 is not allowed; use 0 to --prompt-len (64)"},
       {"policy --model opt-30b --hardware t4 --sparse-budget 512",
        "--sparse-budget 512: sparse attention runs on the CPU only"},
   };

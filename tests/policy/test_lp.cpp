@@ -282,6 +282,35 @@ TEST(PolicySearch, RanksThePlansByPredictedThroughput) {
   EXPECT_THROW(search_policy(shape, hw, {512, 32}, budgets_of(hw), o), Error);
 }
 
+// The workload of a candidate's block size (what its sequences share of
+// their prompts) prices it: the plan returned is predicted with its own
+// block size's workload, and sharing a prefix predicts more than not.
+TEST(PolicySearch, EachBlockSizeIsPricedWithItsOwnWorkload) {
+  const HardwareProfile hw = find_hardware_profile("t4");
+  const ModelShape shape = find_model_preset("opt-1.3b");
+  const Workload work{512, 32};
+  SearchOptions o;
+  o.max_block_size = 256;
+  std::set<int64_t> asked;
+  o.adapt_workload = [&](Workload& w, int64_t block_size) {
+    asked.insert(block_size);
+    if (block_size < 2) return;
+    w.shared_tokens = 384;
+    w.prefix_step_tokens = 384;
+    w.prefix_steps = 1;
+  };
+  const SearchResult shared = search_policy(shape, hw, work, budgets_of(hw), o);
+  EXPECT_GT(asked.size(), 5u);
+  Workload own = work;
+  o.adapt_workload(own, shared.policy.block_size());
+  const Prediction again = predict(shape, hw, own, shared.policy, budgets_of(hw));
+  EXPECT_NEAR(again.total_tokens_per_s, shared.prediction.total_tokens_per_s,
+              1e-9 * again.total_tokens_per_s);
+  const SearchResult plain = search_policy(shape, hw, work, budgets_of(hw), {});
+  EXPECT_GT(shared.prediction.prefill_tokens_per_s, plain.prediction.prefill_tokens_per_s);
+  EXPECT_GT(shared.prediction.total_tokens_per_s, plain.prediction.total_tokens_per_s);
+}
+
 TEST(PolicySearch, CpuDeviceStreamsFromDiskIntoRam) {
   ModelShape shape = test::tiny_shape();
   shape.n_layer = 16;  // 1.2 MB of weights
