@@ -2,6 +2,7 @@
 #include "cli/speculation_flags.h"
 
 #include "core/log.h"
+#include "core/units.h"
 #include "generate/driver.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -23,8 +24,7 @@ double DraftSetup::seconds() const {
   return drafter ? drafter->stats().seconds : 0;
 }
 
-DraftSetup SpeculationFlags::make_drafter(const EngineOptions& eo,
-                                          const Tokenizer& tokenizer) const {
+DraftSetup SpeculationFlags::make_drafter(EngineOptions& eo, const Tokenizer& tokenizer) const {
   DraftSetup d;
   if (kind != "model") return d;
   d.model = Model::open(draft_model);
@@ -34,6 +34,11 @@ DraftSetup SpeculationFlags::make_drafter(const EngineOptions& eo,
   o.threads = eo.threads;
   o.n_sample = tokenizer.n_vocab();
   d.drafter = std::make_unique<DraftModel>(*d.model, o);
+  eo.draft_memory = d.drafter->memory();
+  spdlog::info(
+      "--draft-model {}: {} of RAM for its weights and working memory, and its KV cache "
+      "per block, counted in the RAM budget",
+      draft_model, format_bytes(static_cast<double>(eo.draft_memory.fixed)));
   if (eo.device != "cpu") {
     spdlog::info("--draft-model {}: the draft model computes on the CPU", draft_model);
   }

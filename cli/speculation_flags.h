@@ -102,9 +102,10 @@ struct SpeculationFlags {
 
   // With --speculate model: loads the draft model, checks that its
   // tokenizer is the target's (`tokenizer`) and makes its drafter, which
-  // computes in `eo`'s compute dtype; an empty setup otherwise (the driver
+  // computes in `eo`'s compute dtype, and sets its RAM into `eo` (the
+  // engine's RAM budget counts it); an empty setup otherwise (the driver
   // proposes by prompt lookup). Throws Error naming the draft model.
-  DraftSetup make_drafter(const EngineOptions& eo, const Tokenizer& tokenizer) const;
+  DraftSetup make_drafter(EngineOptions& eo, const Tokenizer& tokenizer) const;
 };
 
 }  // namespace strata::cli

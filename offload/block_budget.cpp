@@ -38,8 +38,23 @@ BlockShape BlockShape::full(int64_t gpu_batch, int64_t n_micro_batches, int64_t 
   return s;
 }
 
+uint64_t draft_block_bytes(const DraftMemory& d, const BlockShape& shape) {
+  if (d.page_bytes == 0) return 0;
+  uint64_t pages = 0;
+  int64_t n_seqs = 0;
+  for (const std::vector<int64_t>& mb : shape.stored) {
+    for (const int64_t stored : mb) {
+      const int64_t longest = std::min(stored + shape.decode_tokens, d.n_ctx);
+      pages += static_cast<uint64_t>((longest + d.page_size - 1) / d.page_size);
+      ++n_seqs;
+    }
+  }
+  return std::max<uint64_t>(pages, 1) * d.page_bytes +
+         static_cast<uint64_t>(std::min(n_seqs, d.max_rows)) * d.row_bytes;
+}
+
 BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placement& placement,
-                         const BlockShape& shape) {
+                         const BlockShape& shape, const DraftMemory& draft) {
   const uint64_t record = KvFile::record_bytes_for(g);
   BlockMemory m;
   m.kv = kv_block_needs(g, placement, shape.stored, shape.decode_tokens);
@@ -66,16 +81,18 @@ BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placem
   }
   m.scratch = forward_scratch_bytes(c, m.group_tokens);
   m.logits = static_cast<uint64_t>(rows * c.n_vocab) * sizeof(float);
+  m.draft = draft_block_bytes(draft, shape);
   return m;
 }
 
 BlockTiers block_tiers(const BlockMemory& m, MemoryMode mode) {
   BlockTiers t;
   t.disk = m.kv_disk;
+  t.ram = m.draft;  // the draft model computes on the CPU
   switch (mode) {
     case MemoryMode::kHostMemory:
       t.kv_ram = m.kv_pages + m.kv_staging;
-      t.ram = t.kv_ram + m.working();
+      t.ram += t.kv_ram + m.working();
       break;
     case MemoryMode::kDeviceMemory:
       // The KV cache and its staging in device memory, the staging relayed
@@ -83,7 +100,7 @@ BlockTiers block_tiers(const BlockMemory& m, MemoryMode mode) {
       t.kv_device = m.kv_pages + m.kv_staging;
       t.kv_ram = m.kv_staging;
       t.device = m.working() + t.kv_device;
-      t.ram = t.kv_ram + m.logits;
+      t.ram += t.kv_ram + m.logits;
       break;
     case MemoryMode::kCpuAttention:
       // The KV cache and its staging in RAM; each micro-batch's q/k/v and
@@ -91,7 +108,7 @@ BlockTiers block_tiers(const BlockMemory& m, MemoryMode mode) {
       t.kv_device = m.attention_rows;
       t.kv_ram = m.kv_pages + m.kv_staging + m.attention_rows;
       t.device = m.working() + t.kv_device;
-      t.ram = t.kv_ram + m.logits;
+      t.ram += t.kv_ram + m.logits;
       break;
   }
   return t;

@@ -18,12 +18,15 @@
 //   attention rows the q/k/v rows copied down and the output rows copied up
 //                  of every micro-batch (CPU attention only)
 //   KV on disk     the KV file's records
+//   draft model    with speculation by a draft model, its f32 KV cache for
+//                  every sequence at its longest and its logits rows (RAM)
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/placement.h"
+#include "generate/engine.h"  // DraftMemory
 #include "kv/kv_cache.h"
 #include "model/config.h"
 #include "offload/memory_mode.h"
@@ -67,6 +70,7 @@ struct BlockMemory {
   uint64_t scratch = 0;     // the forward's working memory
   uint64_t logits = 0;
   uint64_t attention_rows = 0;         // q/k/v and output rows of every micro-batch (one copy)
+  uint64_t draft = 0;                  // the draft model's KV cache and logits (RAM)
   int64_t group_tokens = 0;            // the largest group
   std::vector<int64_t> hidden_tokens;  // [n_mb] tokens of each micro-batch's largest step
 
@@ -75,9 +79,14 @@ struct BlockMemory {
   uint64_t working() const { return hidden + scratch + logits; }
 };
 
-// `placement` as folded for the device.
+// The draft model's part of a block (draft/draft_model.h, begin_block):
+// every sequence's KV pages at its longest (its context and a draft, within
+// the draft's context) and a logits row per sequence of one pass.
+uint64_t draft_block_bytes(const DraftMemory& d, const BlockShape& shape);
+
+// `placement` as folded for the device; `draft`: the draft model's memory.
 BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placement& placement,
-                         const BlockShape& shape);
+                         const BlockShape& shape, const DraftMemory& draft = {});
 
 // What a block adds to each tier in a memory mode (the weights and their
 // staging come on top), with its KV part on the device and in RAM for

@@ -145,12 +145,12 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options, C
   static_cast<BudgetRequest&>(to) = layout.budget_request(opt_, dev_.default_device_bytes);
   to.device_name = backend_.name();
   tiers_ = std::make_unique<TierBudgets>(to, mode_, std::move(dev_.host_allocator));
-  tiers_->check_weights(wplace_);
+  tiers_->check_weights(wplace_, opt_.draft_memory.fixed);
   if (opt_.plan_prompt_tokens > 0 && opt_.plan_new_tokens > 0) {
     const BlockShape full =
         BlockShape::full(opt_.gpu_batch_size, opt_.num_gpu_batches, opt_.plan_prompt_tokens,
                          opt_.plan_new_tokens, 1 + opt_.max_draft_tokens);
-    check_block(block_memory(c, geo, placement_, full), block_size(),
+    check_block(block_memory(c, geo, placement_, full, opt_.draft_memory), block_size(),
                 opt_.plan_prompt_tokens + opt_.plan_new_tokens - 1);
   }
 
@@ -198,7 +198,9 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options, C
   // What the weights hold now: in place and vectors (host memory), or the
   // cpu share's copies (otherwise), and the staging buffers.
   tiers_->set_fixed(
-      mode_ == MemoryMode::kHostMemory ? res_weights_.bytes() + wstage_->host_bytes() : ram.used(),
+      opt_.draft_memory.fixed + (mode_ == MemoryMode::kHostMemory
+                                     ? res_weights_.bytes() + wstage_->host_bytes()
+                                     : ram.used()),
       mode_ == MemoryMode::kHostMemory ? 0 : weights_->device_bytes() + wstage_->device_bytes());
 
   transfer_plan_.weights_off.assign(static_cast<size_t>(c.n_layer + 2), false);
@@ -367,7 +369,8 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
   STRATA_ASSERT(!all_rows || n == 1);
   int64_t n_steps = 0, longest = 0;
   const BlockShape shape = check_sequences(seqs, all_rows, &n_steps, &longest);
-  const BlockMemory mem = block_memory(config(), kv_->geometry(), placement_, shape);
+  const BlockMemory mem =
+      block_memory(config(), kv_->geometry(), placement_, shape, opt_.draft_memory);
   check_block(mem, n, longest);
   prepare_block(mem);
   block_->start(seqs, all_rows);

@@ -64,12 +64,14 @@ PlanFit plan_fit(const Model& model, const EngineOptions& options, const DeviceC
     const PlanLayout l = lay_out_plan(model, o, caps);
     fit.budget = tier_budgets_for(l.budget_request(o, default_device_bytes), l.mode);
     fit.need = weight_tier_bytes(l.weights, l.mode);
+    fit.need.ram += o.draft_memory.fixed;
     fit.kv_budget = o.kv_budget_bytes;
     if (o.plan_prompt_tokens > 0 && o.plan_new_tokens > 0) {
       const BlockMemory m =
           block_memory(model.config(), kv_geometry_of(model.config(), o), l.placement,
                        BlockShape::full(o.gpu_batch_size, o.num_gpu_batches, o.plan_prompt_tokens,
-                                        o.plan_new_tokens, 1 + o.max_draft_tokens));
+                                        o.plan_new_tokens, 1 + o.max_draft_tokens),
+                       o.draft_memory);
       const BlockTiers t = block_tiers(m, l.mode);
       fit.need.device += t.device;
       fit.need.ram += t.ram;

@@ -19,6 +19,12 @@ std::string mb(uint64_t bytes) {
   return format_bytes(static_cast<double>(bytes));
 }
 
+// ", the draft model's KV cache and logits N" when a block has them.
+std::string draft_part(const BlockMemory& m) {
+  return m.draft > 0 ? fmt::format(", the draft model's KV cache and logits {}", mb(m.draft))
+                     : std::string();
+}
+
 }  // namespace
 
 uint64_t available_ram_bytes() {
@@ -78,9 +84,8 @@ TierBudgets::TierBudgets(const Options& o, MemoryMode mode,
                          std::unique_ptr<TierAllocator> host_allocator)
     : mode_(mode), o_(o) {
   const TierBytes b = tier_budgets_for(o, mode);
-  ram_ = std::make_unique<TierPool>(Tier::kCpu, b.ram,
-                                    host_allocator ? std::move(host_allocator)
-                                                   : make_host_allocator());
+  ram_ = std::make_unique<TierPool>(
+      Tier::kCpu, b.ram, host_allocator ? std::move(host_allocator) : make_host_allocator());
   if (mode_ != MemoryMode::kHostMemory) {
     if (b.device == 0) {
       fail("{} reports no free device memory; pass --gpu-mem to say how much to use",
@@ -96,12 +101,12 @@ std::string TierBudgets::ram_flags() const {
                                           : "--cpu-mem";
 }
 
-void TierBudgets::check_weights(const WeightPlacement& wp) {
+void TierBudgets::check_weights(const WeightPlacement& wp, uint64_t draft_fixed) {
   const bool host = mode_ == MemoryMode::kHostMemory;
   TierBytes staging;
   const TierBytes t = weight_tier_bytes(wp, mode_, &staging);
   fixed_device_ = t.device;
-  fixed_ram_ = t.ram;
+  fixed_ram_ = t.ram + draft_fixed;
   const uint64_t device_staging = staging.device, ram_staging = staging.ram;
   if (!host && fixed_device_ > gpu_->budget()) {
     fail(
@@ -114,16 +119,19 @@ void TierBudgets::check_weights(const WeightPlacement& wp) {
   if (fixed_ram_ > ram_->budget()) {
     fail(
         "RAM budget {} ({}) is below the {} the weights need: {} of matrices in RAM, {} of "
-        "vectors, {} of staging for the disk share; raise {} or put more weights on disk "
+        "vectors, {} of staging for the disk share{}; raise {} or put more weights on disk "
         "(--percent)",
         mb(ram_->budget()), ram_flags(), mb(fixed_ram_),
         mb((host ? wp.bytes(Tier::kGpu) : 0) + wp.bytes(Tier::kCpu)),
-        mb(host ? wp.vector_bytes() : 0), mb(ram_staging), ram_flags());
+        mb(host ? wp.vector_bytes() : 0), mb(ram_staging),
+        draft_fixed > 0 ? fmt::format(", {} of the draft model", mb(draft_fixed)) : "",
+        ram_flags());
   }
   if (wp.bytes(Tier::kDisk) > disk_->budget()) {
-    fail("disk budget {} (--disk-mem, in {}) is below the {} of weights this placement puts on "
-         "disk; raise --disk-mem or keep more weights in RAM (--percent)",
-         mb(disk_->budget()), o_.offload_dir, mb(wp.bytes(Tier::kDisk)));
+    fail(
+        "disk budget {} (--disk-mem, in {}) is below the {} of weights this placement puts on "
+        "disk; raise --disk-mem or keep more weights in RAM (--percent)",
+        mb(disk_->budget()), o_.offload_dir, mb(wp.bytes(Tier::kDisk)));
   }
 }
 
@@ -155,20 +163,20 @@ void TierBudgets::check_block(const BlockMemory& m, int64_t n_seqs, int64_t long
     if (host_need > ram_->budget()) {
       fail(
           "RAM budget {} (--cpu-mem) is below the {} a block of {} sequences of up to {} tokens "
-          "needs: weights kept in RAM and their staging {}, KV cache and staging {}, logits {}; "
+          "needs: weights kept in RAM and their staging {}, KV cache and staging {}, logits {}{}; "
           "raise --cpu-mem or put more weights on disk (--percent)",
           mb(ram_->budget()), mb(host_need), n_seqs, longest, mb(fixed_ram_), mb(t.kv_ram),
-          mb(m.logits));
+          mb(m.logits), draft_part(m));
     }
   } else if (fixed_ram_ + t.ram > ram_->budget()) {
     fail(
         "RAM budget {} ({}) is below the {} a block of {} sequences of up to {} tokens needs: "
         "weights and their staging {}, KV cache {} ({} pages) + staging {}, activations {}, "
-        "working memory {}, logits {}; raise the budget, lower the batch size or put more on disk "
-        "(--percent)",
+        "working memory {}, logits {}{}; raise the budget, lower the batch size or put more on "
+        "disk (--percent)",
         mb(ram_->budget()), ram_flags(), mb(fixed_ram_ + t.ram), n_seqs, longest, mb(fixed_ram_),
         mb(m.kv_pages), m.kv.backed_pages, mb(m.kv_staging), mb(m.hidden), mb(m.scratch),
-        mb(m.logits));
+        mb(m.logits), draft_part(m));
   }
   const uint64_t disk_need = weights_disk + t.disk;
   if (disk_need > disk_->budget()) {

@@ -67,9 +67,10 @@ class TierBudgets {
   // "--cpu-mem", or "--cpu-mem + --gpu-mem: ..." where both are RAM.
   std::string ram_flags() const;
 
-  // The weights as placed with their staging (weight_tier_bytes): Error when
-  // a tier cannot hold them. Records them as the engine's fixed memory.
-  void check_weights(const WeightPlacement& wp);
+  // The weights as placed with their staging (weight_tier_bytes), and in RAM
+  // `draft_fixed` bytes of a draft model's (DraftMemory::fixed): Error when a
+  // tier cannot hold them. Records them as the engine's fixed memory.
+  void check_weights(const WeightPlacement& wp, uint64_t draft_fixed = 0);
   // The fixed memory as the weights actually hold it.
   void set_fixed(uint64_t ram, uint64_t device) {
     fixed_ram_ = ram;

@@ -60,6 +60,23 @@ DraftModel::DraftModel(const Model& model, const DraftModelOptions& options)
 
 DraftModel::~DraftModel() = default;
 
+DraftMemory DraftModel::memory() const {
+  const ModelConfig& c = model_.config();
+  const KvGeometry& g = kv_->geometry();
+  // The forward's working memory and hidden state for its largest pass.
+  Forward probe(*backend_, c, opt_.compute);
+  probe.reserve(opt_.max_pass_tokens);
+  DraftMemory d;
+  d.fixed = weights_->matrix_bytes() + weights_->vector_bytes() + probe.workspace_bytes() +
+            static_cast<uint64_t>(opt_.max_pass_tokens * c.n_embd) * sizeof(float);
+  d.page_bytes = g.bytes_per_page();
+  d.page_size = g.page_size;
+  d.n_ctx = c.n_ctx;
+  d.row_bytes = static_cast<uint64_t>(c.n_vocab) * sizeof(float);
+  d.max_rows = opt_.max_pass_tokens;
+  return d;
+}
+
 void DraftModel::begin_block(std::span<const SeqInput> seqs, int64_t max_draft) {
   for (const Seq& s : seqs_) {
     if (s.kv >= 0) kv_->remove_sequence(s.kv);

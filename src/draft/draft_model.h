@@ -77,6 +77,10 @@ class DraftModel final : public Drafter {
   std::span<const int32_t> cached(int32_t seq) const;
   // KV pages in use now (tests).
   int64_t pages_in_use() const;
+  // The RAM it takes beside the engine: its weights, vectors and working
+  // memory for a pass of max_pass_tokens, and per block its KV pages and
+  // logits rows (the engine counts them in its RAM budget).
+  DraftMemory memory() const;
 
  private:
   struct Seq {

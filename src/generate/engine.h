@@ -95,6 +95,18 @@ struct EngineStats {
 // The largest batch (sequences per micro-batch) an engine accepts.
 inline constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
 
+// The RAM a draft model of speculative decoding takes beside the engine
+// (draft/draft_model.h: DraftModel::memory), which the engine counts in its
+// RAM budget (offload/block_budget.h: draft_block_bytes).
+struct DraftMemory {
+  uint64_t fixed = 0;       // its weights, vectors and working memory, for the run
+  uint64_t page_bytes = 0;  // one f32 KV page of all its layers; 0: no draft model
+  int64_t page_size = 16;
+  int64_t n_ctx = 0;       // its context length
+  uint64_t row_bytes = 0;  // one logits row
+  int64_t max_rows = 0;    // logits rows of one of its passes at most
+};
+
 struct EngineOptions {
   // The compute device: "cpu", or "cuda" / "cuda:N" (offload/device.h).
   std::string device = "cpu";
@@ -133,6 +145,8 @@ struct EngineOptions {
   // sparse attention or a quantized KV cache (refused when the engine is
   // made): verification appends several keys per sequence at once.
   int64_t max_draft_tokens = 0;
+  // The draft model's RAM (none without one), counted in the RAM budget.
+  DraftMemory draft_memory;
   // Prefix sharing: prompts of a block that begin with the same whole KV
   // pages compute and store those pages once (kv/shared_prefix.h);
   // the others point their page tables at them.

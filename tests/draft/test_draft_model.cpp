@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "draft/draft_model.h"
 #include "generate/driver.h"
+#include "offload/block_budget.h"
 #include "offload/fixture_runs.h"
 #include "offload/offload_engine.h"
 #include "tokenizer/tokenizer.h"
@@ -174,6 +175,44 @@ TEST(DraftModel, NoProposalPastTheContextAndANewBlockStartsEmpty) {
   d.begin_block(std::vector<SeqInput>{{f.prompts[1], 4}}, 4);
   EXPECT_EQ(d.pages_in_use(), 0);
   EXPECT_TRUE(d.cached(0).empty());
+}
+
+// What it tells the engine it takes (DraftModel::memory, counted with
+// offload/block_budget.h: draft_block_bytes) holds its KV pages when every
+// sequence of a block proposes at its longest (its whole context and a full
+// draft), with at most a page to spare per sequence.
+TEST(DraftModel, MemoryHoldsItsPagesAtTheLongest) {
+  const Fixture f = fixture_runs::load("qwen2");
+  DraftModel d(*f.model, options());
+  const DraftMemory m = d.memory();
+  EXPECT_GT(m.fixed, f.model->config().n_layer * 1000u);  // weights and working memory
+  EXPECT_EQ(m.row_bytes, f.model->config().n_vocab * sizeof(float));
+  const std::vector<SeqInput> in = block_of(f);
+  d.begin_block(in, kMaxDraft);
+  std::vector<std::vector<int32_t>> ctx;
+  std::vector<Drafter::Request> q;
+  for (size_t s = 0; s < in.size(); ++s) {
+    // The last step's context: the prompt and all but the last new token.
+    ctx.push_back(in[s].prompt);
+    ctx.back().insert(ctx.back().end(), kNew - 1, 7);
+  }
+  for (size_t s = 0; s < in.size(); ++s) q.push_back({static_cast<int32_t>(s), ctx[s], kMaxDraft});
+  std::vector<std::vector<int32_t>> out(q.size());
+  d.propose(q, out);
+  for (const auto& o : out) ASSERT_EQ(std::ssize(o), kMaxDraft);
+  BlockShape shape;
+  shape.decode_tokens = 1 + kMaxDraft;
+  shape.stored.emplace_back();
+  for (const SeqInput& s : in) {
+    shape.stored.back().push_back(static_cast<int64_t>(s.prompt.size()) + s.max_new_tokens - 1);
+  }
+  const auto n = static_cast<int64_t>(in.size());
+  const uint64_t counted =
+      draft_block_bytes(m, shape) - static_cast<uint64_t>(std::min(n, m.max_rows)) * m.row_bytes;
+  ASSERT_EQ(counted % m.page_bytes, 0u);
+  const auto pages = static_cast<int64_t>(counted / m.page_bytes);
+  EXPECT_LE(d.pages_in_use(), pages);
+  EXPECT_LE(pages - d.pages_in_use(), n);
 }
 
 TEST(DraftModel, VocabularyCheck) {

@@ -6,7 +6,8 @@
 // without them, and every kept row's logits are the same within the bound
 // of another summation order (a verification step runs matrix products of
 // more rows); with KV on disk no draft token completes a disk page, so the
-// KV bytes written to disk are those of the run without speculation.
+// KV bytes written to disk are those of the run without speculation; a
+// draft model's RAM counts in the engine's budget.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "offload/engine_options.h"
 #include "offload/fixture_runs.h"
 #include "offload/offload_engine.h"
+#include "offload/plan_fit.h"
 
 namespace strata {
 namespace {
@@ -142,6 +144,55 @@ TEST(SpeculativeEngineContract, OptionsItCannotHonourAreRefused) {
   EXPECT_THROW(validated_options(o), Error);
   o.kv_dtype = DType::kF16;
   EXPECT_NO_THROW(validated_options(o));
+}
+
+// A draft model's RAM (EngineOptions::draft_memory) is the engine's too:
+// its fixed part with the weights, its KV pages and logits rows with each
+// block (every sequence at its longest, within the draft's context), and a
+// RAM budget that holds the block without them is refused, naming them.
+TEST(SpeculativeEngineContract, TheDraftModelsRamIsCountedInTheBudget) {
+  const Fixture f = load("llama");
+  TempDir dir("draft-ram");
+  EngineOptions o = fixture_options(f, 4, 2, dir.path);
+  o.max_draft_tokens = kDrafts;
+  o.plan_prompt_tokens = 20;
+  o.plan_new_tokens = 8;
+  const DeviceCaps cpu = device_caps("cpu");
+  const PlanFit without = plan_fit(*f.model, o, cpu, 0);
+  ASSERT_TRUE(without.refusal.empty()) << without.refusal;
+  DraftMemory d;
+  d.fixed = 1 << 20;
+  d.page_bytes = 4096;
+  d.page_size = 8;
+  d.n_ctx = 1000;
+  d.row_bytes = 1000;
+  d.max_rows = 5;
+  // 8 sequences of 20 + 8 - 1 tokens stored and 1 + 4 fed at once: 32 at
+  // their longest, 4 pages each; 5 logits rows at most.
+  const BlockShape full = BlockShape::full(4, 2, 20, 8, 1 + kDrafts);
+  EXPECT_EQ(draft_block_bytes(d, full), 8 * 4 * 4096 + 5 * 1000);
+  o.draft_memory = d;
+  const PlanFit with = plan_fit(*f.model, o, cpu, 0);
+  EXPECT_EQ(with.need.ram - without.need.ram, d.fixed + 8 * 4 * 4096 + 5 * 1000);
+  EXPECT_EQ(with.need.device, without.need.device);
+  // Within the draft's context: 30 tokens at most, 4 pages (of 8) still;
+  // 24: 3 pages.
+  d.n_ctx = 24;
+  EXPECT_EQ(draft_block_bytes(d, full), 8 * 3 * 4096 + 5 * 1000);
+  EXPECT_EQ(draft_block_bytes(DraftMemory{}, full), 0u);
+
+  // The engine: a budget between the two needs is refused, naming the draft.
+  o.cpu_mem = without.need.ram + (with.need.ram - without.need.ram) / 2;
+  o.gpu_mem = 0;
+  ASSERT_EQ(plan_fit(*f.model, o, cpu, 0).budget.ram, o.cpu_mem);
+  try {
+    make_engine(*f.model, o);
+    FAIL() << "a RAM budget below the draft model's was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("draft model"), std::string::npos) << e.what();
+  }
+  o.cpu_mem = with.need.ram;
+  EXPECT_NO_THROW(make_engine(*f.model, o));
 }
 
 }  // namespace
