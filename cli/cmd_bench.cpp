@@ -110,7 +110,7 @@ int run(const Options& o) {
   shape.sharing = [&](int64_t block_size) {
     return block_size >= 2 ? pair_sharing(2) : SharingRates{};
   };
-  o.speculation.apply_to_plan(shape, offload.policy);
+  o.speculation.apply_to_plan(shape, offload.policy, /*pilot_ok=*/false);
   const RunPlan plan = offload.apply(eo, *model, shape);
   SpeculationFlags::after_plan(eo, gen);
   const auto engine = make_engine(*model, eo);

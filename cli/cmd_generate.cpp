@@ -163,7 +163,7 @@ int run(const Options& o, MpiWorld& world) {
   shape.sharing = planned_sharing(
       jobs, [&](size_t i) { return !jobs[i].skipped.empty() || not_here(jobs[i].index); },
       eo.prefix_sharing ? eo.page_size : 0);
-  o.speculation.apply_to_plan(shape, offload.policy);
+  o.speculation.apply_to_plan(shape, offload.policy, /*pilot_ok=*/true);
   if (rank_job) {
     spdlog::log(world.rank() == 0 ? spdlog::level::info : spdlog::level::debug,
                 "{}: {} of {} prompts to run", world.where(), n_to_run, jobs.size());
@@ -173,7 +173,23 @@ int run(const Options& o, MpiWorld& world) {
   }
   RunPlan plan;
   std::unique_ptr<Engine> engine;
+  double pilot_draft_s = 0;  // the draft model's seconds in the pilot
   auto plan_and_build = [&] {
+    if (o.speculation.pilot()) {
+      // The acceptance the plan needs, measured: the plan without it, a
+      // block of the first prompts, then the plan with it.
+      EngineOptions pe = eo;
+      OffloadFlags pilot_flags = offload;
+      pilot_flags.trace_path.clear();
+      pilot_flags.apply(pe, *model, shape);
+      SpeculationFlags::after_plan(pe, gen);
+      const std::unique_ptr<Engine> pilot = make_engine(*model, pe);
+      shape.draft_accepted = pilot_acceptance(
+          *pilot, *tokenizer, jobs,
+          [&](size_t i) { return !jobs[i].skipped.empty() || not_here(jobs[i].index); }, gen,
+          draft.drafter.get());
+      pilot_draft_s = draft.seconds();
+    }
     plan = offload.apply(eo, *model, shape);
     SpeculationFlags::after_plan(eo, gen);
     engine = make_engine(*model, eo);
@@ -187,17 +203,17 @@ int run(const Options& o, MpiWorld& world) {
   const RunSummary summary = run_jobs(*engine, *tokenizer, jobs, gen, &sink, draft.drafter.get());
   draft.log_stats();
 
-  RunReport report =
-      plan_report(plan, *model, o.model, eo, shape.mean_prompt, shape.gen,
-                  measured_speculation(engine->stats(), summary.n_sequences, draft.seconds()),
-                  measured_sharing(engine->stats(), summary.n_sequences));
+  RunReport report = plan_report(
+      plan, *model, o.model, eo, shape.mean_prompt, shape.gen,
+      measured_speculation(engine->stats(), summary.n_sequences, draft.seconds() - pilot_draft_s),
+      measured_sharing(engine->stats(), summary.n_sequences));
   report.n_prompts = summary.n_prompts;
   OutputFile* out = rank_job ? rank_job->output() : single_out.get();
   if (out) report.n_prompts_resumed = static_cast<int64_t>(out->n_resumed());
   report.n_sequences = summary.n_sequences;
   report.total_s = summary.total_s;
   report.engine = engine->stats();
-  report.draft_s = draft.seconds();
+  report.draft_s = draft.seconds() - pilot_draft_s;
   if (rank_job) {
     nlohmann::ordered_json mine = report.to_json();
     mine["rank"] = world.rank();

@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "core/units.h"
 #include "generate/driver.h"
+#include "generate/report.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -43,6 +44,30 @@ DraftSetup SpeculationFlags::make_drafter(EngineOptions& eo, const Tokenizer& to
     spdlog::info("--draft-model {}: the draft model computes on the CPU", draft_model);
   }
   return d;
+}
+
+double pilot_acceptance(Engine& engine, const Tokenizer& tokenizer, std::span<const Job> jobs,
+                        const std::function<bool(size_t)>& skip, const GenerateOptions& gen,
+                        Drafter* drafter) {
+  std::vector<Job> some;
+  for (size_t i = 0; i < jobs.size() && std::ssize(some) < engine.block_size(); ++i) {
+    if (skip(i)) continue;
+    some.push_back(jobs[i]);
+    some.back().max_new_tokens =
+        std::min(some.back().max_new_tokens, SpeculationFlags::kPilotNewTokens);
+  }
+  if (some.empty()) return 1;
+  const EngineStats before = engine.stats();
+  const RunSummary s = run_jobs(engine, tokenizer, some, gen, nullptr, drafter);
+  const EngineStats d = stats_since(engine.stats(), before);
+  const double share = d.drafted_tokens > 0 ? static_cast<double>(d.accepted_tokens) /
+                                                  static_cast<double>(d.drafted_tokens)
+                                            : 0;
+  spdlog::info(
+      "speculation pilot: {} prompts, {} tokens: {} of {} draft tokens accepted ({:.1f} %) in "
+      "{:.1f} s",
+      s.n_prompts, s.generated_tokens, d.accepted_tokens, d.drafted_tokens, 100 * share, s.total_s);
+  return std::max(share, 1e-3);
 }
 
 }  // namespace strata::cli

@@ -13,7 +13,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/error.h"
@@ -47,7 +49,7 @@ struct SpeculationFlags {
   std::string kind = "none";
   int tokens = 4;
   std::string draft_model;
-  double acceptance = 0;  // --speculate-acceptance; 0: not given
+  std::string acceptance;  // --speculate-acceptance: a share, or "pilot"; empty: not given
 
   void add(CLI::App& sub) {
     sub.add_option("--speculate", kind,
@@ -64,22 +66,46 @@ struct SpeculationFlags {
                    "With --speculate model: the draft model (GGUF file or Hugging Face "
                    "directory) with the model's tokenizer, e.g. a quantized copy of a smaller "
                    "model of its family; it runs on the CPU from RAM with its own KV cache");
-    sub.add_option("--speculate-acceptance", acceptance,
-                   "With --speculate and --policy auto: the share of draft tokens an earlier run "
-                   "of this kind accepted (its report's speculation line, e.g. 0.8); the search "
-                   "then also picks the draft length, from none up to --speculate-tokens");
+    sub.add_option(
+        "--speculate-acceptance", acceptance,
+        "With --speculate and --policy auto: the share of draft tokens an earlier run "
+        "of this kind accepted (its report's speculation line, e.g. 0.8), or pilot "
+        "(generate: measured on the prompt file's first block before the plan, at most " +
+            std::to_string(kPilotNewTokens) +
+            " new tokens each); the search then also picks the draft length, from none "
+            "up to --speculate-tokens");
   }
 
+  // New tokens per prompt of the pilot (--speculate-acceptance pilot).
+  static constexpr int32_t kPilotNewTokens = 32;
+
+  // Whether --speculate-acceptance asks for a pilot (after apply_to_plan).
+  bool pilot() const { return acceptance == "pilot"; }
+
   // Before the plan: the acceptance the search plans with (--policy auto
-  // only, `policy` being --policy's value).
-  void apply_to_plan(RunShape& shape, const std::string& policy) const {
-    if (acceptance == 0) return;
+  // only, `policy` being --policy's value); a pilot's is set later
+  // (pilot_acceptance). `pilot_ok`: the command can run one.
+  void apply_to_plan(RunShape& shape, const std::string& policy, bool pilot_ok) const {
+    if (acceptance.empty()) return;
     if (kind == "none") fail("--speculate-acceptance {}: add --speculate ngram|model", acceptance);
-    if (!(acceptance > 0 && acceptance <= 1))
-      fail("--speculate-acceptance {}: give a share above 0 and at most 1", acceptance);
     if (policy != "auto")
       fail("--speculate-acceptance {}: the search uses it; add --policy auto", acceptance);
-    shape.draft_accepted = acceptance;
+    if (pilot()) {
+      if (!pilot_ok)
+        fail("--speculate-acceptance pilot: runs on generate's prompt file; give a share here");
+      return;
+    }
+    double share = 0;
+    try {
+      size_t used = 0;
+      share = std::stod(acceptance, &used);
+      if (used != acceptance.size()) share = -1;
+    } catch (const std::exception&) {
+      share = -1;
+    }
+    if (!(share > 0 && share <= 1))
+      fail("--speculate-acceptance {}: give a share above 0 and at most 1, or pilot", acceptance);
+    shape.draft_accepted = share;
   }
   // After the plan: the driver proposes as many draft tokens as the engine
   // takes (the search may have picked fewer, or none).
@@ -107,5 +133,16 @@ struct SpeculationFlags {
   // proposes by prompt lookup). Throws Error naming the draft model.
   DraftSetup make_drafter(EngineOptions& eo, const Tokenizer& tokenizer) const;
 };
+
+// The pilot of --speculate-acceptance pilot: the share of draft tokens
+// accepted when `engine` runs the first block's worth of `jobs` (those
+// `skip` leaves, in input order), each generating at most
+// SpeculationFlags::kPilotNewTokens, with `gen`'s drafts (from `drafter`,
+// or prompt lookup when null); nothing is written. A share of at least
+// 1e-3 (none accepted plans as rarely accepted: the search then drafts
+// only where rows are free).
+double pilot_acceptance(Engine& engine, const Tokenizer& tokenizer, std::span<const Job> jobs,
+                        const std::function<bool(size_t)>& skip, const GenerateOptions& gen,
+                        Drafter* drafter);
 
 }  // namespace strata::cli

@@ -213,7 +213,7 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
       shape.name, hw.name, work.prompt_len, work.gen_len,
       r.plan_rank == 1 ? std::string() : fmt::format("plan {} of {}: ", r.plan_rank, sr.n_plans),
       p.gpu_batch_size, p.num_gpu_batches, p.placement.describe(),
-      plan.draft_tokens >= 0 ? fmt::format(", {} draft tokens (accepted share {})",
+      plan.draft_tokens >= 0 ? fmt::format(", {} draft tokens (accepted share {:.3g})",
                                            plan.draft_tokens, run.draft_accepted)
                              : std::string(),
       sr.prediction.total_tokens_per_s,

@@ -64,9 +64,9 @@ std::vector<std::string> generate_args(const TempDir& d, const std::string& out,
                                        std::vector<std::string> extra,
                                        const std::string& log_level = "warn",
                                        const std::string& max_new = "24") {
-  std::vector<std::string> a = {"--log-level", log_level,        "generate",  "--model",
-                                kModel,        "--prompts",      prompts(d),  "-o",
-                                out,           "--max-new-tokens", max_new,   "--compute-dtype",
+  std::vector<std::string> a = {"--log-level", log_level,          "generate", "--model",
+                                kModel,        "--prompts",        prompts(d), "-o",
+                                out,           "--max-new-tokens", max_new,    "--compute-dtype",
                                 "f32",         "--offload-dir",    d / "off"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
@@ -85,12 +85,12 @@ TEST(OffloadCli, PlacementGivesTheSameOutputAndReportsLinksPeaksAndQueues) {
   TempDir d("same");
   const CliRun ram = run_strata(generate_args(d, d / "ram.jsonl", {}), d.path.string());
   ASSERT_EQ(ram.exit_code, 0) << ram.err;
-  const CliRun off = run_strata(
-      generate_args(d, d / "off.jsonl",
-                    {"--percent", "0", "50", "0", "0", "0", "100", "--gpu-batch-size", "2",
-                     "--num-gpu-batches", "2", "--report", d / "report.json", "--trace",
-                     d / "trace.json"}),
-      d.path.string());
+  const CliRun off =
+      run_strata(generate_args(d, d / "off.jsonl",
+                               {"--percent", "0", "50", "0", "0", "0", "100", "--gpu-batch-size",
+                                "2", "--num-gpu-batches", "2", "--report", d / "report.json",
+                                "--trace", d / "trace.json"}),
+                 d.path.string());
   ASSERT_EQ(off.exit_code, 0) << off.err;
   // Other micro-batch sizes may round differently; the same sizes do not.
   const CliRun ram22 = run_strata(
@@ -136,12 +136,11 @@ TEST(OffloadCli, PlacementGivesTheSameOutputAndReportsLinksPeaksAndQueues) {
   EXPECT_GT(spans["store"], 0);
 
   // A second run reuses the pack.
-  const CliRun again = run_strata(
-      generate_args(d, d / "again.jsonl",
-                    {"--percent", "0", "50", "0", "0", "0", "100", "--gpu-batch-size", "2",
-                     "--num-gpu-batches", "2"},
-                    "info"),
-      d.path.string());
+  const CliRun again = run_strata(generate_args(d, d / "again.jsonl",
+                                                {"--percent", "0", "50", "0", "0", "0", "100",
+                                                 "--gpu-batch-size", "2", "--num-gpu-batches", "2"},
+                                                "info"),
+                                  d.path.string());
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(again.err.find("building the weight pack"), std::string::npos) << again.err;
   EXPECT_EQ(offload_test::slurp(d / "again.jsonl"), offload_test::slurp(d / "off.jsonl"));
@@ -189,9 +188,9 @@ TEST(OffloadCli, FileSizeLimitInTheOffloadDirectoryFailsCleanly) {
   TempDir d("fsize");
   const std::string out = d / "out.jsonl";
   // Weights on disk: the pack does not fit under the limit.
-  const CliRun w = run_strata(
-      generate_args(d, out, {"--percent", "0", "0", "0", "100", "0", "100"}), d.path.string(),
-      offload_test::limit_file_size_64k);
+  const CliRun w =
+      run_strata(generate_args(d, out, {"--percent", "0", "0", "0", "100", "0", "100"}),
+                 d.path.string(), offload_test::limit_file_size_64k);
   EXPECT_EQ(w.exit_code, 1) << w.err;
   EXPECT_NE(w.err.find("strata: error:"), std::string::npos) << w.err;
   EXPECT_NE(w.err.find("size limit"), std::string::npos) << w.err;
@@ -279,21 +278,70 @@ TEST(OffloadCli, PolicyFileAndPolicyAuto) {
   EXPECT_EQ(offload_test::slurp(d / "auto.jsonl").empty(), false);
 
   // bench takes the block from the policy.
-  const CliRun b = run_strata({"--log-level", "warn", "bench", "--model", kModel, "--prompt-len", "8",
-                            "--gen-len", "4", "--warmup", "0", "--repeats", "1", "--policy",
-                            d / "policy.yaml", "--offload-dir", d / "off", "--report",
-                            d / "b.json"},
-                           d.path.string());
+  const CliRun b =
+      run_strata({"--log-level", "warn", "bench", "--model", kModel, "--prompt-len", "8",
+                  "--gen-len", "4", "--warmup", "0", "--repeats", "1", "--policy",
+                  d / "policy.yaml", "--offload-dir", d / "off", "--report", d / "b.json"},
+                 d.path.string());
   ASSERT_EQ(b.exit_code, 0) << b.err;
   const auto rb = nlohmann::json::parse(offload_test::slurp(d / "b.json"));
   EXPECT_EQ(rb["n_prompts"], 4);
   EXPECT_GT(rb["links"]["disk->cpu"]["bytes"].get<double>(), 0);
   // A bad policy file names itself.
   write(d / "bad.yaml", "gpu_batch_size: 0\n");
-  const CliRun bad = run_strata(generate_args(d, d / "bad.jsonl", {"--policy", d / "bad.yaml"}),
-                             d.path.string());
+  const CliRun bad =
+      run_strata(generate_args(d, d / "bad.jsonl", {"--policy", d / "bad.yaml"}), d.path.string());
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("bad.yaml"), std::string::npos) << bad.err;
+}
+
+// --speculate-acceptance pilot: before the plan, a block of the first
+// prompts runs with the drafts (the model as its own draft: greedy, every
+// draft token accepted) and the search plans with the share measured;
+// the pilot writes nothing, and the records are those of a run without
+// speculation. A share that is no share, or a pilot where no prompt file
+// is, is one line.
+TEST(OffloadCli, SpeculationPilotMeasuresTheAcceptanceForThePlan) {
+  TempDir d("pilot");
+  write(d / "hw.yaml",
+        "name: test-cpu\ndevice: cpu\nmemory: {cpu: 16G, disk: 100G}\n"
+        "links: {disk_to_cpu: 2G, cpu_to_disk: 1G}\n"
+        "cpu_compute: {gemm_tflops: 0.2, attention_tflops: 0.02, mem_bandwidth: 20G}\n");
+  const CliRun plain = run_strata(generate_args(d, d / "plain.jsonl", {}), d.path.string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::vector<std::string> spec = {"--policy",      "auto",        "--hardware",
+                                         d / "hw.yaml",   "--speculate", "model",
+                                         "--draft-model", kModel,        "--speculate-acceptance"};
+  auto with = [&](const std::string& acceptance) {
+    std::vector<std::string> extra = spec;
+    extra.push_back(acceptance);
+    return extra;
+  };
+  const CliRun p =
+      run_strata(generate_args(d, d / "pilot.jsonl", with("pilot"), "info"), d.path.string());
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.err.find("speculation pilot: "), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("draft tokens accepted (100.0 %)"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("(accepted share 1)"), std::string::npos) << p.err;
+  EXPECT_EQ(offload_test::slurp(d / "pilot.jsonl"), offload_test::slurp(d / "plain.jsonl"));
+
+  const CliRun bad = run_strata(generate_args(d, d / "bad.jsonl", with("most")), d.path.string());
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--speculate-acceptance most: give a share above 0 and at most 1, or "
+                         "pilot"),
+            std::string::npos)
+      << bad.err;
+  expect_no_output(d / "bad.jsonl");
+  std::vector<std::string> bench = {"bench", "--model",       kModel,   "--prompt-len",
+                                    "8",     "--gen-len",     "4",      "--batch",
+                                    "2",     "--offload-dir", d / "off"};
+  const std::vector<std::string> extra = with("pilot");
+  bench.insert(bench.end(), extra.begin(), extra.end());
+  const CliRun b = run_strata(bench, d.path.string());
+  EXPECT_EQ(b.exit_code, 1);
+  EXPECT_NE(b.err.find("--speculate-acceptance pilot: runs on generate's prompt file"),
+            std::string::npos)
+      << b.err;
 }
 
 }  // namespace
