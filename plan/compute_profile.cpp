@@ -47,7 +47,14 @@ constexpr int64_t kShortCtx = 16;  // keys of a decode point: 15 cached + the ne
 // tiles (12 rows cost about a tile of 8 plus one of 4), so a time between
 // two powers of two is not their interpolation.
 const std::vector<int64_t> kDecodeRows = gpu_batch_candidates(128);
-constexpr int64_t kSlopeRows = 8;
+// The slope of decode attention per cached key: kSlopeRows sequences of
+// kLongCtx keys, a layer's KV larger than the caches keep between two runs
+// (the engine's other layers pass its weights and their KV through them
+// in between); at 8 sequences part of it stayed, and the slope measured
+// 2/3 of the engine's (the demo model at 1024 and 2048 keys: 775 and 512
+// tok/s of decode predicted, 589 and 369 measured; at 32: 635 and 405
+// predicted, 615 and 394 measured).
+constexpr int64_t kSlopeRows = 32;
 constexpr int64_t kLongCtx = 1024;
 // Prefill points, in prompts of kPage tokens each: 32 tokens is the most the
 // kernels take in tiles of rows (kernels/cpu/matmul_bf16.h), 64 goes
@@ -205,8 +212,7 @@ class Bench {
     // The pages in a random order: with each sequence's pages adjacent in
     // this small pool the slope per key of decode attention measured half
     // the engine's, whose pool spreads a block's pages over the memory of
-    // every layer; in a random order it matches (the demo model, 8
-    // sequences at 1000 keys: 714 tok/s of decode predicted, 719 measured).
+    // every layer (and see kSlopeRows).
     std::shuffle(pages_.begin(), pages_.end(), std::mt19937(5));
     kv_ = pool_->layer(0);
     const int64_t max_tokens =
