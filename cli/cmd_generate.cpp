@@ -149,10 +149,15 @@ int run(const Options& o, MpiWorld& world) {
   }
   // The placement plans for the longest prompt and generation of the file
   // (under MPI: of this rank's share).
+  // The jobs the plan leaves out (by position in `jobs`).
+  const auto not_planned = [&](size_t i) {
+    return !jobs[i].skipped.empty() || not_here(jobs[i].index);
+  };
   RunShape shape;
   int64_t n_to_run = 0, prompt_sum = 0;
-  for (const Job& j : jobs) {
-    if (!j.skipped.empty() || not_here(j.index)) continue;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (not_planned(i)) continue;
+    const Job& j = jobs[i];
     ++n_to_run;
     prompt_sum += static_cast<int64_t>(j.tokens.size());
     shape.max_prompt = std::max<int64_t>(shape.max_prompt, static_cast<int64_t>(j.tokens.size()));
@@ -160,9 +165,7 @@ int run(const Options& o, MpiWorld& world) {
   }
   shape.mean_prompt = n_to_run > 0 ? static_cast<double>(prompt_sum) / n_to_run : 0;
   shape.max_block = std::max<int64_t>(1, n_to_run);
-  shape.sharing = planned_sharing(
-      jobs, [&](size_t i) { return !jobs[i].skipped.empty() || not_here(jobs[i].index); },
-      eo.prefix_sharing ? eo.page_size : 0);
+  shape.sharing = planned_sharing(jobs, not_planned, eo.prefix_sharing ? eo.page_size : 0);
   o.speculation.apply_to_plan(shape, offload.policy, /*pilot_ok=*/true);
   if (rank_job) {
     spdlog::log(world.rank() == 0 ? spdlog::level::info : spdlog::level::debug,
@@ -184,10 +187,8 @@ int run(const Options& o, MpiWorld& world) {
       pilot_flags.apply(pe, *model, shape);
       SpeculationFlags::after_plan(pe, gen);
       const std::unique_ptr<Engine> pilot = make_engine(*model, pe);
-      shape.draft_accepted = pilot_acceptance(
-          *pilot, *tokenizer, jobs,
-          [&](size_t i) { return !jobs[i].skipped.empty() || not_here(jobs[i].index); }, gen,
-          draft.drafter.get());
+      shape.draft_accepted =
+          pilot_acceptance(*pilot, *tokenizer, jobs, not_planned, gen, draft.drafter.get());
       pilot_draft_s = draft.seconds();
     }
     plan = offload.apply(eo, *model, shape);

@@ -266,7 +266,7 @@ class Searcher {
       } else {
         const Policy p = policy_for(gbs, nb, att);
         const CostModel m = build_cost_model(shape_, hw_, work_for(p), p, opts_.compute);
-        msg = describe_needs(m, policy_for(gbs, nb, att), excess);
+        msg = describe_needs(m, p, excess);
       }
       if (excess < best_excess || (best_msg.empty() && !msg.empty())) {
         best_excess = excess;

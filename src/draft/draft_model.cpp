@@ -54,6 +54,7 @@ DraftModel::DraftModel(const Model& model, const DraftModelOptions& options)
   opt_.max_pass_tokens = std::max<int64_t>(opt_.max_pass_tokens, 1);
   weights_ = std::make_unique<ResidentWeights>(model, *backend_);
   fwd_ = std::make_unique<Forward>(*backend_, c, opt_.compute);
+  fwd_->reserve(opt_.max_pass_tokens);  // its largest pass: memory() counts it
   const KvGeometry g = draft_geometry(c);
   kv_ = std::make_unique<KvCache>(*backend_, g, g.bytes_per_page());
 }
@@ -63,11 +64,10 @@ DraftModel::~DraftModel() = default;
 DraftMemory DraftModel::memory() const {
   const ModelConfig& c = model_.config();
   const KvGeometry& g = kv_->geometry();
-  // The forward's working memory and hidden state for its largest pass.
-  Forward probe(*backend_, c, opt_.compute);
-  probe.reserve(opt_.max_pass_tokens);
+  // The forward's working memory (reserved for its largest pass when made)
+  // and the hidden state of that pass.
   DraftMemory d;
-  d.fixed = weights_->matrix_bytes() + weights_->vector_bytes() + probe.workspace_bytes() +
+  d.fixed = weights_->matrix_bytes() + weights_->vector_bytes() + fwd_->workspace_bytes() +
             static_cast<uint64_t>(opt_.max_pass_tokens * c.n_embd) * sizeof(float);
   d.page_bytes = g.bytes_per_page();
   d.page_size = g.page_size;
