@@ -236,10 +236,14 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double flops_head = 2 * head_elems;       // per token
 
   // Context: KV stored per sequence at the end, attended per decode step on
-  // average (FlexGen's s + n/2), capped by the sparse budget.
+  // average (FlexGen's s + n/2). With a sparse budget, on average over the
+  // layers: the first kSparseFirstLayer attend it all, the others the
+  // selected tokens (ctx_selected) plus the selection's reading of every
+  // page's f32 key min/max (2 x 4 bytes per K element: per page the bytes
+  // of 4 / kv_bytes tokens of K and V), counted as that many keys.
   const double ctx_end = s + n;
   const double ctx_read = s + n / 2;
-  double ctx_attend = ctx_read;
+  double ctx_attend = ctx_read, ctx_selected = ctx_read;
   const double ctx_stage = ctx_end;  // KV of one sequence staged for attention
   // KV read from disk per decode layer, on average over the layers: a sparse
   // layer reads only its selected pages (offload/kv_staging.h), in requests
@@ -250,10 +254,13 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double ctx_loaded = ctx_read - shared * (1 - 1 / g);
   double ctx_disk_dense = ctx_loaded, ctx_disk_sparse = 0;
   if (pol.sparse_attention_budget > 0) {
-    ctx_attend = std::min(ctx_attend, static_cast<double>(pol.sparse_attention_budget));
+    const auto budget = static_cast<double>(pol.sparse_attention_budget);
     const double dense_layers = std::min(L, static_cast<double>(kSparseFirstLayer));
+    ctx_selected = std::min(ctx_read, budget);
+    const double scored = ctx_read > budget ? ctx_read / kKvPageTokens * 4 / kv_bytes : 0;
+    ctx_attend = (dense_layers * ctx_read + (L - dense_layers) * (ctx_selected + scored)) / L;
     ctx_disk_dense = ctx_loaded * dense_layers / L;
-    ctx_disk_sparse = ctx_attend * (L - dense_layers) / L;
+    ctx_disk_sparse = ctx_selected * (L - dense_layers) / L;
   }
 
   // Shares. "off" = not already on the compute device: streamed in and out.
@@ -291,7 +298,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double d2c_kv =
       hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page) * kv_run), g * kv_runs);
   const double d2c_kv_page = hw.kv_read_rate(static_cast<double>(kv_disk_record_bytes(kv_page)),
-                                             g * std::max(1.0, ctx_attend / kKvPageTokens));
+                                             g * std::max(1.0, ctx_selected / kKvPageTokens));
   const double kv_disk_s = kv_token * (ctx_disk_dense / d2c_kv + ctx_disk_sparse / d2c_kv_page);
 
   // Compute, seconds (constants for a fixed batch): from the profile's

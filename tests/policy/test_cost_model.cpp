@@ -384,8 +384,9 @@ TEST(PolicyCostModel, SparseAttentionCapsTheAttendedContext) {
   t.pol.sparse_attention_budget = 4;  // below s + n/2 = 10
   const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
   const Placement x = t.pol.placement;
-  EXPECT_REL(term(m.decode_layer, "attention (cpu)", x), 6 * 4 * 4.0 * 64 / 1e3 * 0.5);
-  // Two layers: both below kSparseFirstLayer, so the disk reads every page.
+  // Two layers: both below kSparseFirstLayer, so they attend every key and
+  // the disk reads every page.
+  EXPECT_REL(term(m.decode_layer, "attention (cpu)", x), 6 * 4 * 10.0 * 64 / 1e3 * 0.5);
   EXPECT_REL(term(m.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 10 * 6 * 0.25) / 100);
   // The KV cache itself is kept whole.
   EXPECT_REL(m.memory[0][1].kv_cache(x), kKt * 12 * 6 * 2 * 0.5);
@@ -395,7 +396,12 @@ TEST(PolicyCostModel, SparseAttentionCapsTheAttendedContext) {
   t.shape.n_layer = 4;
   const CostModel m4 = build_cost_model(t.shape, t.hw, t.work, t.pol);
   EXPECT_REL(term(m4.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 7 * 6 * 0.25) / 100);
-  EXPECT_REL(term(m4.decode_layer, "attention (cpu)", x), 6 * 4 * 4.0 * 64 / 1e3 * 0.5);
+  // Attention: the first two layers all 10 keys, the last two the 4
+  // selected plus the selection's min/max reads, 10/16 pages of f32 min and
+  // max (8 bytes per K element) counted as f16 keys (4 bytes per K element).
+  const double sparse_keys = 4 + 10.0 / 16 * 8 / 4;
+  EXPECT_REL(term(m4.decode_layer, "attention (cpu)", x),
+             6 * 4 * (2 * 10.0 + 2 * sparse_keys) / 4 * 64 / 1e3 * 0.5);
 }
 
 TEST(PolicyCostModel, DeviceMemoryRooflineBoundsSmallBatchDecode) {
