@@ -239,8 +239,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // average (FlexGen's s + n/2). With a sparse budget, on average over the
   // layers: the first kSparseFirstLayer attend it all, the others the
   // selected tokens (ctx_selected) plus the selection's reading of every
-  // page's f32 key min/max (2 x 4 bytes per K element: per page the bytes
-  // of 4 / kv_bytes tokens of K and V), counted as that many keys.
+  // page's f32 key min/max (src/kv/page_pool.h), counted as the keys of
+  // the same K and V bytes (kv_token).
   const double ctx_end = s + n;
   const double ctx_read = s + n / 2;
   double ctx_attend = ctx_read, ctx_selected = ctx_read;
@@ -257,7 +257,8 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     const auto budget = static_cast<double>(pol.sparse_attention_budget);
     const double dense_layers = std::min(L, static_cast<double>(kSparseFirstLayer));
     ctx_selected = std::min(ctx_read, budget);
-    const double scored = ctx_read > budget ? ctx_read / kKvPageTokens * 4 / kv_bytes : 0;
+    const double minmax_page = 2 * kv_dim * static_cast<double>(sizeof(float));
+    const double scored = ctx_read > budget ? ctx_read / kKvPageTokens * minmax_page / kv_token : 0;
     ctx_attend = (dense_layers * ctx_read + (L - dense_layers) * (ctx_selected + scored)) / L;
     ctx_disk_dense = ctx_loaded * dense_layers / L;
     ctx_disk_sparse = ctx_selected * (L - dense_layers) / L;
