@@ -183,7 +183,8 @@ DiskIo::DiskIo(DiskIoOptions o) : options_(std::move(o)) {
 
 DiskIo::~DiskIo() = default;  // the queue drains what is in flight, then stops
 
-Ticket DiskIo::submit(int op, const DiskFile& file, uint64_t offset, std::byte* mem, size_t n) {
+Ticket DiskIo::submit(int op, const DiskFile& file, uint64_t offset, std::byte* mem, size_t n,
+                      bool urgent) {
   STRATA_ASSERT_MSG(file.is_open(), "disk I/O layer: request on a file that is not open");
   STRATA_ASSERT_MSG(n == 0 || mem != nullptr, "disk I/O layer: null buffer");
   if (offset > UINT64_MAX - n || offset + n > static_cast<uint64_t>(INT64_MAX)) {
@@ -196,6 +197,7 @@ Ticket DiskIo::submit(int op, const DiskFile& file, uint64_t offset, std::byte* 
   r->len = n;
   r->mem = mem;
   r->bytes_left = n;
+  r->urgent = urgent;
   if (n > 0) r->fault = disk_detail::take_disk_fault(op == 0, file.path());
   queue_->count_request();
   if (n == 0) {
@@ -206,8 +208,8 @@ Ticket DiskIo::submit(int op, const DiskFile& file, uint64_t offset, std::byte* 
   return Ticket(std::move(r));
 }
 
-Ticket DiskIo::read(const DiskFile& file, uint64_t offset, void* dst, size_t n) {
-  return submit(0, file, offset, static_cast<std::byte*>(dst), n);
+Ticket DiskIo::read(const DiskFile& file, uint64_t offset, void* dst, size_t n, bool urgent) {
+  return submit(0, file, offset, static_cast<std::byte*>(dst), n, urgent);
 }
 
 Ticket DiskIo::write(const DiskFile& file, uint64_t offset, const void* src, size_t n) {

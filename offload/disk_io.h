@@ -118,7 +118,9 @@ class DiskIo {
 
   // Reads `n` bytes at `offset` of `file` into `dst`. Reading past the end of
   // the file is an error (from wait).
-  Ticket read(const DiskFile& file, uint64_t offset, void* dst, size_t n);
+  // `urgent`: cut into chunks before every queued request that is not
+  // (a read the caller's compute waits for now).
+  Ticket read(const DiskFile& file, uint64_t offset, void* dst, size_t n, bool urgent = false);
   // Writes `n` bytes from `src` at `offset`, extending the file as needed.
   Ticket write(const DiskFile& file, uint64_t offset, const void* src, size_t n);
 
@@ -138,7 +140,8 @@ class DiskIo {
   const DiskIoOptions& options() const { return options_; }
 
  private:
-  Ticket submit(int op, const DiskFile& file, uint64_t offset, std::byte* mem, size_t n);
+  Ticket submit(int op, const DiskFile& file, uint64_t offset, std::byte* mem, size_t n,
+                bool urgent = false);
   DiskIoOptions options_;
   std::unique_ptr<disk_detail::Queue> queue_;
 };

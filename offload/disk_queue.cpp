@@ -2,6 +2,7 @@
 // chunks, the result of an I/O, injected faults, completion, statistics.
 #include "offload/disk_queue.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include <fmt/format.h>
@@ -25,6 +26,15 @@ std::string io_hint(int e) {
     default:
       return "";
   }
+}
+
+void queue_pending(std::deque<Pending>& pending, std::shared_ptr<RequestState> r) {
+  auto at = pending.end();
+  if (r->urgent) {
+    at = std::find_if(pending.begin(), pending.end(),
+                      [](const Pending& p) { return !p.req->urgent; });
+  }
+  pending.insert(at, Pending{std::move(r), 0});
 }
 
 DiskStats Queue::stats() const {

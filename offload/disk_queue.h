@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,7 +30,6 @@ using Clock = std::chrono::steady_clock;
 // What to tell a user about errno `e` after the reason ("; the disk is
 // full: ..."), empty when there is nothing to add.
 std::string io_hint(int e);
-
 
 struct FileState {
   std::string path;
@@ -70,6 +70,8 @@ struct RequestState {
   std::byte* mem = nullptr;
   // An injected fault (disk_faults.h), handed to the first chunk cut.
   std::optional<DiskFaultKind> fault;
+  // Cut before every request queued that is not urgent (compute waits for it).
+  bool urgent = false;
   std::atomic<uint64_t> bytes_left{0};  // caller bytes not yet finished (done or dropped)
   std::atomic<bool> failed{false};
   std::atomic<bool> done{false};
@@ -88,6 +90,10 @@ struct Pending {
   std::shared_ptr<RequestState> req;
   uint64_t pos = 0;
 };
+
+// Queues `r` in `pending`: after the urgent requests queued before it when
+// it is urgent (ahead of the others, the one being cut included), else last.
+void queue_pending(std::deque<Pending>& pending, std::shared_ptr<RequestState> r);
 
 // One I/O: the caller's part [offset, offset + len) at `mem`, and the I/O
 // that moves it: io_len bytes at io_offset through io_mem (the caller's
@@ -178,7 +184,6 @@ class Queue {
   int64_t busy_ns_ = 0;
   Clock::time_point busy_since_ = Clock::now();
 };
-
 
 // The io_uring queue with its ring thread started; null (and `why`) when
 // the ring cannot be set up.

@@ -36,7 +36,7 @@ class ThreadQueue final : public Queue {
   void push(std::shared_ptr<RequestState> r) override {
     {
       std::lock_guard lk(mu_);
-      pending_.push_back(Pending{std::move(r), 0});
+      queue_pending(pending_, std::move(r));
     }
     cv_.notify_one();
   }

@@ -179,7 +179,7 @@ class UringQueue final : public Queue {
       bool stop;
       {
         std::lock_guard lk(mu_);
-        for (auto& r : incoming_) pending_.push_back(Pending{std::move(r), 0});
+        for (auto& r : incoming_) queue_pending(pending_, std::move(r));
         incoming_.clear();
         stop = stop_;
       }

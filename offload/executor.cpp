@@ -28,7 +28,8 @@ Executor::Executor(Backend& backend, DiskIo* disk, std::shared_ptr<Trace> trace,
       trace_(std::move(trace)),
       mover_(backend, disk, device_copies),
       loads_("load", trace_.get()),
-      stores_("store", trace_.get()) {}
+      stores_("store", trace_.get()),
+      urgent_loads_("urgent load", trace_.get(), true) {}
 
 Executor::~Executor() = default;  // the queues finish what is in flight
 
@@ -45,9 +46,9 @@ void Executor::end_compute(const ScheduleStep& s, std::chrono::steady_clock::tim
 }
 
 void Executor::drain() {
-  // Both queues finish even when one failed; the first failure is rethrown.
+  // Every queue finishes even when one failed; the first failure is rethrown.
   std::exception_ptr failure;
-  for (TransferQueue* q : {&loads_, &stores_}) {
+  for (TransferQueue* q : {&loads_, &stores_, &urgent_loads_}) {
     try {
       q->drain();
     } catch (...) {
@@ -59,7 +60,9 @@ void Executor::drain() {
 
 void Executor::add_stats(EngineStats& s) const {
   s.queue_busy_s["compute"] += compute_busy_s_;
-  for (const TransferQueue* q : {&loads_, &stores_}) {
+  // A link's busy time sums its queues' (the urgent loads' may overlap the
+  // loads').
+  for (const TransferQueue* q : {&loads_, &stores_, &urgent_loads_}) {
     for (const auto& [name, l] : q->links()) {
       EngineStats::Link& d = s.links[name];
       d.bytes += l.bytes;

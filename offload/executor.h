@@ -1,7 +1,9 @@
 // The executor: the queues that overlap a block schedule's transfers
 // (offload/schedule.h) with compute. Compute runs on the calling thread;
 // loads and stores run on two TransferQueues (offload/transfer.h), each with
-// a worker thread of its own, the disk requests in flight in the disk I/O
+// a worker thread of its own (and a third, urgent, for the few loads compute
+// waits for as soon as it issues them: sparse attention's pages the
+// prefetch missed), the disk requests in flight in the disk I/O
 // layer. There is no barrier after a step: a step issues the stores and
 // loads attached to it (which start at once), then computes, waiting only
 // for the transfers its own compute needs (the owner of the data says which,
@@ -14,8 +16,8 @@
 // the executor itself touches no data.
 #pragma once
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +43,7 @@ class Executor {
   Mover& mover() { return mover_; }
   TransferQueue& loads() { return loads_; }
   TransferQueue& stores() { return stores_; }
+  TransferQueue& urgent_loads() { return urgent_loads_; }
   Trace* trace() const { return trace_.get(); }
 
   // Runs `f`, the compute of schedule step `s`, as one span of the compute
@@ -67,6 +70,7 @@ class Executor {
   Mover mover_;
   TransferQueue loads_;
   TransferQueue stores_;
+  TransferQueue urgent_loads_;
   double compute_busy_s_ = 0;
 };
 

@@ -135,14 +135,29 @@ bool KvStaging::prefetch(const Plan& p, size_t r, int64_t layer) const {
   return page < last.size() && last[page] != 0;
 }
 
+size_t KvStaging::run_end(const Plan& p, size_t r, const std::function<bool(size_t)>& want) const {
+  const int32_t first = kv_.disk_slot(p.pages[r]);
+  size_t end = r + 1;
+  for (size_t e = r + 1; e < p.pages.size() && !p.fresh[e] &&
+                         kv_.disk_slot(p.pages[e]) == first + static_cast<int32_t>(e - r);
+       ++e) {
+    if (want(e)) {
+      end = e + 1;
+    } else if (e + 1 - end > kReadGapRecords) {
+      break;
+    }
+  }
+  return end;
+}
+
 uint64_t KvStaging::read_records(Slot& slot, const Plan& p, size_t r, size_t e, int64_t layer,
-                                 int64_t k, int32_t step, Executor& exec) {
+                                 int64_t k, int32_t step, Executor& exec, TransferQueue& queue) {
   std::fill(slot.loaded.begin() + static_cast<ptrdiff_t>(r),
             slot.loaded.begin() + static_cast<ptrdiff_t>(e), 1);
   const int32_t first = kv_.disk_slot(p.pages[r]);
   return exec.mover().copy(place(record(slot, r)),
                            Place::disk(file_.file(), file_.record_offset(layer, first)),
-                           (e - r) * file_.record_bytes(), exec.loads(),
+                           (e - r) * file_.record_bytes(), queue,
                            {fmt::format("kv layer {} k={}", layer, k), "kv", step}, relay(slot, r));
 }
 
@@ -162,13 +177,8 @@ void KvStaging::load(int64_t layer, int64_t k, int32_t step, Executor& exec) {
       ++r;
       continue;
     }
-    const int32_t first = kv_.disk_slot(p.pages[r]);
-    size_t e = r + 1;
-    while (e < p.pages.size() && prefetch(p, e, layer) &&
-           kv_.disk_slot(p.pages[e]) == first + static_cast<int32_t>(e - r)) {
-      ++e;
-    }
-    slot.load = read_records(slot, p, r, e, layer, k, step, exec);
+    const size_t e = run_end(p, r, [&](size_t i) { return prefetch(p, i, layer); });
+    slot.load = read_records(slot, p, r, e, layer, k, step, exec, exec.loads());
     r = e;
   }
 }
@@ -211,18 +221,18 @@ void KvStaging::fetch_selected(int64_t layer, int64_t k, const MicroBatch& mb) {
       ++r;
       continue;
     }
-    const int32_t first = kv_.disk_slot(p.pages[r]);
-    size_t e = r + 1;
-    while (e < p.pages.size() && sel[e] && !slot.loaded[e] &&
-           kv_.disk_slot(p.pages[e]) == first + static_cast<int32_t>(e - r)) {
-      ++e;
-    }
-    sparse_reads_.misses += e - r;
-    last_read = read_records(slot, p, r, e, layer, k, step_, exec);
+    size_t wanted = 1;  // record r
+    const size_t e = run_end(p, r, [&](size_t i) {
+      const bool w = sel[i] && !slot.loaded[i];
+      wanted += w;
+      return w;
+    });
+    sparse_reads_.misses += wanted;
+    last_read = read_records(slot, p, r, e, layer, k, step_, exec, exec.urgent_loads());
     r = e;
   }
   if (last_read == 0) return;
-  exec.loads().wait(last_read);
+  exec.urgent_loads().wait(last_read);
   sparse_reads_.stall_s +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

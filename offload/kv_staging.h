@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -133,9 +134,20 @@ class KvStaging {
   void fetch_selected(int64_t layer, int64_t k, const MicroBatch& mb);
   // Whether the load ahead of `layer` reads record r of plan p.
   bool prefetch(const Plan& p, size_t r, int64_t layer) const;
-  // Reads the records [r, e) of plan p (consecutive disk slots) into `slot`.
+  // The end of the run of records to read from record r (wanted): the
+  // records after it with consecutive disk slots up to the last wanted one,
+  // bridging gaps of up to kReadGapRecords records not wanted (read for
+  // nothing, to save requests; not over a fresh record, which its layer
+  // writes). Sparse attention's selections leave such gaps: at context
+  // 4096, batch 8, budget 512 (README, "Sparse attention"), bridging 4
+  // reads a third more bytes in fewer, larger requests, and the pages read
+  // so raise the share of selected pages prefetched from 82 % to 86.5 %.
+  static constexpr size_t kReadGapRecords = 4;
+  size_t run_end(const Plan& p, size_t r, const std::function<bool(size_t)>& want) const;
+  // Reads the records [r, e) of plan p (consecutive disk slots) into `slot`
+  // on `queue`.
   uint64_t read_records(Slot& slot, const Plan& p, size_t r, size_t e, int64_t layer, int64_t k,
-                        int32_t step, Executor& exec);
+                        int32_t step, Executor& exec, TransferQueue& queue);
 
   Slot& slot_for(int64_t layer, int64_t k, int32_t step, Executor& exec);
   std::byte* record(const Slot& s, size_t r) const;

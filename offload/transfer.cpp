@@ -13,8 +13,8 @@ namespace strata {
 
 using Clock = std::chrono::steady_clock;
 
-TransferQueue::TransferQueue(std::string name, Trace* trace)
-    : name_(std::move(name)), trace_(trace), last_end_(Clock::now()) {
+TransferQueue::TransferQueue(std::string name, Trace* trace, bool urgent)
+    : name_(std::move(name)), trace_(trace), urgent_(urgent), last_end_(Clock::now()) {
   worker_ = std::thread([this] { run(); });
 }
 
@@ -171,7 +171,7 @@ uint64_t Mover::copy(const Place& dst, const Place& src, size_t bytes, TransferQ
   auto host_mem = [&](const Place& p) { return p.tier == Tier::kCpu || host_; };
 
   if (src_disk && host_mem(dst)) {
-    const Ticket t = disk->read(*src.file, src.offset, dst.mem, bytes);
+    const Ticket t = disk->read(*src.file, src.offset, dst.mem, bytes, queue.urgent());
     return queue.push([disk, t] { disk->wait(t); }, link, bytes, std::move(label));
   }
   if (dst_disk && host_mem(src)) {
@@ -187,7 +187,7 @@ uint64_t Mover::copy(const Place& dst, const Place& src, size_t bytes, TransferQ
   if (src_disk) {
     // disk -> device memory: read into host staging, then up to the device
     // once the read is in (ordered now against the device's compute).
-    const Ticket t = disk->read(*src.file, src.offset, relay, bytes);
+    const Ticket t = disk->read(*src.file, src.offset, relay, bytes, queue.urgent());
     std::function<void()> up = device_copy_later(dst.mem, relay, bytes);
     return queue.push(
         [disk, t, owned, up] {

@@ -63,13 +63,16 @@ struct TransferLabel {
 
 class TransferQueue {
  public:
-  // `name`: "load" or "store", the queue's name in traces and reports.
-  TransferQueue(std::string name, Trace* trace);
+  // `name`: "load", "store" or "urgent load", the queue's name in traces
+  // and reports. `urgent`: its disk reads go ahead of every other queue's
+  // not yet under way (DiskIo::read), for a read compute waits for now.
+  TransferQueue(std::string name, Trace* trace, bool urgent = false);
   ~TransferQueue();
   TransferQueue(const TransferQueue&) = delete;
   TransferQueue& operator=(const TransferQueue&) = delete;
 
   const std::string& name() const { return name_; }
+  bool urgent() const { return urgent_; }
 
   // Queues a started transfer: `finish` (run on the worker, in order) blocks
   // until it is complete and throws Error when it failed. `link` names the
@@ -103,6 +106,7 @@ class TransferQueue {
 
   std::string name_;
   Trace* trace_;
+  bool urgent_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_work_, cv_done_;
   std::deque<Item> items_;

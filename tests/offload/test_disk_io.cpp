@@ -19,9 +19,10 @@
 #include <random>
 #include <thread>
 
-#include "io/file_writers.h"
 #include "core/error.h"
+#include "io/file_writers.h"
 #include "offload/disk_io.h"
+#include "offload/disk_queue.h"
 #include "offload/offload_test_util.h"
 
 namespace strata {
@@ -178,6 +179,36 @@ TEST_P(DiskIoTest, ManyConcurrentRequests) {
   std::vector<std::byte> back(big.size());
   e.read_sync(f, 0, back.data(), back.size());
   EXPECT_TRUE(back == big);
+}
+
+// An urgent read (one compute waits for) is cut before the requests queued
+// ahead of it that are not under way: with one chunk in flight and a
+// backlog of 32 MiB in 4 KiB chunks, it is done, with its bytes, while the
+// last of the backlog is not.
+TEST_P(DiskIoTest, UrgentReadsOvertakeTheBacklog) {
+  TempDir dir;
+  const std::string path = dir / "urgent.bin";
+  const size_t n = size_t{1} << 20;
+  write_file(path, pattern(8 * n, 3));
+  const std::vector<std::byte> want = read_file(path);
+  DiskIo e(opts(uring(), 4096, 1));
+  const DiskFile f = DiskFile::open(path, OpenMode::kRead);
+  std::vector<std::vector<std::byte>> backlog(32, std::vector<std::byte>(n));
+  std::vector<Ticket> t;
+  for (size_t i = 0; i < backlog.size(); ++i) {
+    t.push_back(e.read(f, (i % 8) * n, backlog[i].data(), n));
+  }
+  std::vector<std::byte> got(3 * 4096 + 5);
+  const uint64_t at = 5 * n + 123;
+  e.wait(e.read(f, at, got.data(), got.size(), /*urgent=*/true));
+  EXPECT_FALSE(e.poll(t.back()));
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin() + static_cast<ptrdiff_t>(at)));
+  for (const Ticket& x : t) e.wait(x);
+  for (size_t i = 0; i < backlog.size(); ++i) {
+    EXPECT_TRUE(std::equal(backlog[i].begin(), backlog[i].end(),
+                           want.begin() + static_cast<ptrdiff_t>((i % 8) * n)))
+        << i;
+  }
 }
 
 TEST_P(DiskIoTest, ReadPastTheEndIsAnError) {
@@ -396,6 +427,29 @@ TEST(DiskIo, FallsBackWhenTheRingCannotBeSetUp) {
   ASSERT_TRUE(WIFEXITED(status));
   if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "cannot install a seccomp filter here";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "1: not the fallback, 2: data differ, 4: an Error";
+}
+
+// Urgent requests go after the urgent ones queued before them and ahead of
+// every other, the one being cut included; the others go last.
+TEST(DiskQueue, UrgentRequestsQueueAheadOfTheOthers) {
+  auto req = [](bool urgent) {
+    auto r = std::make_shared<disk_detail::RequestState>();
+    r->urgent = urgent;
+    return r;
+  };
+  std::deque<disk_detail::Pending> q;
+  const auto a = req(false), b = req(false), u1 = req(true), u2 = req(true), c = req(false);
+  disk_detail::queue_pending(q, a);
+  q.front().pos = 4096;  // being cut
+  disk_detail::queue_pending(q, b);
+  disk_detail::queue_pending(q, u1);
+  disk_detail::queue_pending(q, u2);
+  disk_detail::queue_pending(q, c);
+  std::vector<disk_detail::RequestState*> order;
+  for (const auto& p : q) order.push_back(p.req.get());
+  EXPECT_EQ(order, (std::vector<disk_detail::RequestState*>{u1.get(), u2.get(), a.get(), b.get(),
+                                                            c.get()}));
+  EXPECT_EQ(q[2].pos, 4096u);  // a keeps what it cut
 }
 
 TEST(DiskIo, BadOptionsAreErrors) {
