@@ -135,7 +135,8 @@ bool KvStaging::prefetch(const Plan& p, size_t r, int64_t layer) const {
   return page < last.size() && last[page] != 0;
 }
 
-size_t KvStaging::run_end(const Plan& p, size_t r, const std::function<bool(size_t)>& want) const {
+template <typename Want>
+size_t KvStaging::run_end(const Plan& p, size_t r, Want want) const {
   const int32_t first = kv_.disk_slot(p.pages[r]);
   size_t end = r + 1;
   for (size_t e = r + 1; e < p.pages.size() && !p.fresh[e] &&
@@ -221,13 +222,8 @@ void KvStaging::fetch_selected(int64_t layer, int64_t k, const MicroBatch& mb) {
       ++r;
       continue;
     }
-    size_t wanted = 1;  // record r
-    const size_t e = run_end(p, r, [&](size_t i) {
-      const bool w = sel[i] && !slot.loaded[i];
-      wanted += w;
-      return w;
-    });
-    sparse_reads_.misses += wanted;
+    const size_t e = run_end(p, r, [&](size_t i) { return sel[i] && !slot.loaded[i]; });
+    for (size_t i = r; i < e; ++i) sparse_reads_.misses += sel[i] && !slot.loaded[i];
     last_read = read_records(slot, p, r, e, layer, k, step_, exec, exec.urgent_loads());
     r = e;
   }

@@ -27,7 +27,6 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -143,7 +142,8 @@ class KvStaging {
   // reads a third more bytes in fewer, larger requests, and the pages read
   // so raise the share of selected pages prefetched from 82 % to 86.5 %.
   static constexpr size_t kReadGapRecords = 4;
-  size_t run_end(const Plan& p, size_t r, const std::function<bool(size_t)>& want) const;
+  template <typename Want>
+  size_t run_end(const Plan& p, size_t r, Want want) const;
   // Reads the records [r, e) of plan p (consecutive disk slots) into `slot`
   // on `queue`.
   uint64_t read_records(Slot& slot, const Plan& p, size_t r, size_t e, int64_t layer, int64_t k,
