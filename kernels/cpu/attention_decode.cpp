@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kv_rows.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/shared_pages.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace strata::cpu {
@@ -40,11 +43,18 @@ struct HeadRange {
   int32_t g0, g1, h0, h1;
 };
 
+// A unit of a group of sequences sharing pages (kernels/cpu/shared_pages.h)
+// covers keys of those pages for n_s of its members at once: its rows are
+// kv-head major, (kv head, member, query head of the kv head), so that each
+// kv head's rows are contiguous as in a unit of one sequence; its head range
+// takes whole kv heads.
 struct DecodeUnit {
-  int32_t s;       // sequence
+  int32_t s;       // sequence (of a shared unit: its first member, whose pages it reads)
   int32_t hr;      // head range
   int32_t j0, j1;  // keys [j0, j1)
   int32_t part;    // slot of its partial state, -1 when it covers the whole sequence
+  int32_t n_s;     // sequences whose queries it takes (1, or members of a shared group)
+  int32_t s_list;  // n_s > 1: they are shared_seqs[s_list .. s_list + n_s)
 };
 
 // The K and V rows of kv head g of keys j0 .. j0 + jn - 1 (jn <= 16) of a
@@ -83,7 +93,22 @@ struct DecodeCtx {
   int64_t q_stride;
   float scale;
   float* parts;  // [n_parts, kDecodeRows, head_dim + 2]: value sums, max, sum per row
+  const int32_t* shared_seqs;  // the members of the shared units
 };
+
+// Row r of unit u: its sequence and query head (see DecodeUnit).
+inline void unit_row(const DecodeCtx& c, const DecodeUnit& u, const HeadRange& hr, int64_t r,
+                     int64_t* seq, int64_t* head) {
+  if (u.n_s == 1) {
+    *seq = u.s;
+    *head = hr.h0 + r;
+    return;
+  }
+  const int64_t per_g = u.n_s * c.group;
+  const int64_t rem = r % per_g;
+  *seq = c.shared_seqs[u.s_list + rem / c.group];
+  *head = (hr.g0 + r / per_g) * c.group + rem % c.group;
+}
 
 // A software prefetch into L1 that the compiler keeps (GCC's pure-function
 // analysis drops calls of a function whose only effect is __builtin_prefetch).
@@ -353,11 +378,12 @@ STRATA_AVX512 void decode_units(const DecodeCtx& c, const DecodeUnit* units, int
   for (int64_t ui = 0; ui < n; ++ui) {
     const DecodeUnit& u = units[ui];
     const HeadRange& hr = c.ranges[u.hr];
-    const int64_t n_rows = hr.h1 - hr.h0;
+    const int64_t n_rows = u.n_s * (hr.h1 - hr.h0);
     const int32_t* ids = seq_pages(*c.b, u.s, hr.g0);
-    const int64_t tok = c.b->q_indptr[u.s];
     for (int64_t r = 0; r < n_rows; ++r) {
-      const float* qr = c.q + tok * c.q_stride + (hr.h0 + r) * hd;
+      int64_t seq = 0, head = 0;
+      unit_row(c, u, hr, r, &seq, &head);
+      const float* qr = c.q + c.b->q_indptr[seq] * c.q_stride + head * hd;
       for (int64_t d = 0; d < hd; d += 16) {
         const __m512 v = _mm512_maskz_loadu_ps(chunk_mask(d), qr + d);
         _mm512_store_ps(&qs[r][d], _mm512_mul_ps(v, _mm512_set1_ps(c.scale)));
@@ -373,8 +399,10 @@ STRATA_AVX512 void decode_units(const DecodeCtx& c, const DecodeUnit* units, int
       block_rows(kv, ids, j0, jn, hr.g0, krow, vrow);
       for (int64_t g = hr.g0; g < hr.g1; ++g) {
         // This kv head's query rows among the unit's, four at a time.
-        const int64_t r0 = std::max<int64_t>(hr.h0, g * c.group) - hr.h0;
-        const int64_t r1 = std::min<int64_t>(hr.h1, (g + 1) * c.group) - hr.h0;
+        const int64_t r0 = u.n_s > 1 ? (g - hr.g0) * u.n_s * c.group
+                                     : std::max<int64_t>(hr.h0, g * c.group) - hr.h0;
+        const int64_t r1 =
+            u.n_s > 1 ? r0 + u.n_s * c.group : std::min<int64_t>(hr.h1, (g + 1) * c.group) - hr.h0;
         const int64_t off = (g - hr.g0) * hd;  // elements into the rows
         prefetch_step();
         for (int64_t r = r0; r < r1; r += 4) {
@@ -383,7 +411,8 @@ STRATA_AVX512 void decode_units(const DecodeCtx& c, const DecodeUnit* units, int
         }
       }
     }
-    if (u.part < 0) {
+    if (u.part < 0) {  // a whole sequence (n_s == 1)
+      const int64_t tok = c.b->q_indptr[u.s];
       for (int64_t r = 0; r < n_rows; ++r) {
         float* o = c.out + tok * c.out_stride + (hr.h0 + r) * hd;
         const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
@@ -442,22 +471,78 @@ bool paged_attention_decode(float* out, int64_t out_stride, const float* q, int6
   const int64_t chunk = std::clamp<int64_t>(
       (total_keys / n_threads + kAttentionKeyBlock - 1) / kAttentionKeyBlock * kAttentionKeyBlock,
       kMinChunkKeys, kMaxChunkKeys);
+  // Groups of sequences sharing their first pages: the shared keys are cut
+  // into chunks of their own (their end is a page end, so key blocks fall as
+  // in the uncut sequence) and taken by shared units, each for as many
+  // members as fit kDecodeRows rows over whole kv heads (the fewer kv heads
+  // a range takes, the more members: the pages are read once per unit);
+  // each member's own keys follow in units of its own.
+  const int64_t n_seq_ranges = static_cast<int64_t>(ranges.size());
+  std::vector<SharedPages> shared;
+  if (group * 2 <= kDecodeRows) shared = shared_page_groups(b, kv.page_size);
+  std::vector<int64_t> shared_keys(static_cast<size_t>(b.n_seq), 0);
+  std::vector<int32_t> group_at(static_cast<size_t>(b.n_seq), -1);  // at its first member
+  for (size_t gi = 0; gi < shared.size(); ++gi) {
+    group_at[static_cast<size_t>(shared[gi].seqs[0])] = static_cast<int32_t>(gi);
+    for (const int32_t s : shared[gi].seqs) {
+      shared_keys[static_cast<size_t>(s)] = shared[gi].n_pages * kv.page_size;
+    }
+  }
+  std::map<int64_t, size_t> ranges_of;  // kv heads per range -> its first range (shared units)
+  auto whole_head_ranges = [&](int64_t per) {
+    const auto [it, fresh] = ranges_of.try_emplace(per, ranges.size());
+    for (int64_t g = 0; fresh && g < kv.n_kv_head; g += per) {
+      const int64_t g1 = std::min(kv.n_kv_head, g + per);
+      ranges.push_back({static_cast<int32_t>(g), static_cast<int32_t>(g1),
+                        static_cast<int32_t>(g * group), static_cast<int32_t>(g1 * group)});
+    }
+    return it->second;
+  };
+  std::vector<int32_t> shared_seqs;
   std::vector<DecodeUnit> units;
-  std::vector<int64_t> cost_end;  // cumulative cost (keys x kv heads read) after each unit
+  std::vector<int64_t> cost_end;  // cumulative cost after each unit
   int32_t n_parts = 0;
   int64_t cost = 0;
+  // A unit's cost: its keys times its reads (a kv head's K and V rows of a
+  // key, counted as kReadCost query rows' arithmetic) and its query rows.
+  constexpr int64_t kReadCost = 16;
+  auto add_unit = [&](const DecodeUnit& u) {
+    const HeadRange& hr = ranges[static_cast<size_t>(u.hr)];
+    units.push_back(u);
+    cost +=
+        static_cast<int64_t>(u.j1 - u.j0) * ((hr.g1 - hr.g0) * kReadCost + u.n_s * (hr.h1 - hr.h0));
+    cost_end.push_back(cost);
+  };
   for (int64_t s = 0; s < b.n_seq; ++s) {
     if (b.q_indptr[s + 1] == b.q_indptr[s]) continue;
-    const int64_t len = b.kv_len[s];
-    const int64_t n_chunks = (len + chunk - 1) / chunk;
-    for (size_t r = 0; r < ranges.size(); ++r) {
+    if (group_at[static_cast<size_t>(s)] >= 0) {  // the shared units of its group
+      const SharedPages& grp = shared[static_cast<size_t>(group_at[static_cast<size_t>(s)])];
+      const int64_t n_members = static_cast<int64_t>(grp.seqs.size());
+      const int64_t n_sub = (n_members + kDecodeRows / group - 1) / (kDecodeRows / group);
+      const int64_t keys = grp.n_pages * kv.page_size;
+      for (int64_t sub = 0; sub < n_sub; ++sub) {
+        const int64_t i0 = n_members * sub / n_sub, i1 = n_members * (sub + 1) / n_sub;
+        const int64_t per = std::clamp<int64_t>(kDecodeRows / (group * (i1 - i0)), 1, kv.n_kv_head);
+        const size_t r0 = whole_head_ranges(per);
+        const auto s_list = static_cast<int32_t>(shared_seqs.size());
+        shared_seqs.insert(shared_seqs.end(), grp.seqs.begin() + i0, grp.seqs.begin() + i1);
+        for (size_t r = r0; r < r0 + static_cast<size_t>((kv.n_kv_head + per - 1) / per); ++r) {
+          for (int64_t j0 = 0; j0 < keys; j0 += chunk) {
+            add_unit({grp.seqs[static_cast<size_t>(i0)], static_cast<int32_t>(r),
+                      static_cast<int32_t>(j0), static_cast<int32_t>(std::min(keys, j0 + chunk)),
+                      n_parts++, static_cast<int32_t>(i1 - i0), s_list});
+          }
+        }
+      }
+    }
+    const int64_t first = shared_keys[static_cast<size_t>(s)], len = b.kv_len[s];
+    const int64_t n_chunks = (len - first + chunk - 1) / chunk;
+    const bool cut = n_chunks > 1 || first > 0;
+    for (int64_t r = 0; r < n_seq_ranges; ++r) {
       for (int64_t ci = 0; ci < n_chunks; ++ci) {
-        const int64_t j0 = ci * chunk, j1 = std::min(len, j0 + chunk);
-        units.push_back({static_cast<int32_t>(s), static_cast<int32_t>(r),
-                         static_cast<int32_t>(j0), static_cast<int32_t>(j1),
-                         n_chunks > 1 ? n_parts++ : -1});
-        cost += (j1 - j0) * (ranges[r].g1 - ranges[r].g0);
-        cost_end.push_back(cost);
+        const int64_t j0 = first + ci * chunk, j1 = std::min(len, j0 + chunk);
+        add_unit({static_cast<int32_t>(s), static_cast<int32_t>(r), static_cast<int32_t>(j0),
+                  static_cast<int32_t>(j1), cut ? n_parts++ : -1, 1, -1});
       }
     }
   }
@@ -465,8 +550,8 @@ bool paged_attention_decode(float* out, int64_t out_stride, const float* q, int6
   static thread_local std::vector<float> parts;
   const int64_t hd = kv.head_dim;
   parts.resize(static_cast<size_t>(n_parts * kDecodeRows * (hd + 2)));
-  const DecodeCtx ctx{&kv, &b, ranges.data(), group, out, out_stride, q, q_stride, scale,
-                      parts.data()};
+  const DecodeCtx ctx{&kv,   &b,           ranges.data(),     group, out, out_stride, q, q_stride,
+                      scale, parts.data(), shared_seqs.data()};
   using RunFn = void (*)(const DecodeCtx&, const DecodeUnit*, int64_t);
   // Head dims 64 and 128 get their own code (everything unrolled).
   auto pick = [&](auto nc) -> RunFn {
@@ -495,33 +580,44 @@ bool paged_attention_decode(float* out, int64_t out_stride, const float* q, int6
     if (u1 > u0) run(ctx, units.data() + u0, u1 - u0);
   }
   if (n_parts == 0) return true;
-  // Merge the chunks of each cut (sequence, head range): with M the largest
-  // running max, out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
-  for (size_t i = 0; i < units.size();) {
-    size_t e = i + 1;
-    while (e < units.size() && units[e].s == units[i].s && units[e].hr == units[i].hr) ++e;
-    if (units[i].part >= 0) {
-      const HeadRange& hr = ranges[static_cast<size_t>(units[i].hr)];
-      const int64_t tok = b.q_indptr[units[i].s];
-      for (int64_t r = 0; r < hr.h1 - hr.h0; ++r) {
-        auto row = [&](size_t ui) {
-          return parts.data() + (units[ui].part * kDecodeRows + r) * (hd + 2);
-        };
-        float mx = -INFINITY;
-        for (size_t ui = i; ui < e; ++ui) mx = std::max(mx, row(ui)[hd]);
-        float* o = out + tok * out_stride + (hr.h0 + r) * hd;
-        for (int64_t d = 0; d < hd; ++d) o[d] = 0.0f;
-        float l = 0.0f;
-        for (size_t ui = i; ui < e; ++ui) {
-          const float* pr = row(ui);
-          const float w = pr[hd] == -INFINITY ? 0.0f : exp_fast(pr[hd] - mx);
-          l += w * pr[hd + 1];
-          for (int64_t d = 0; d < hd; ++d) o[d] += w * pr[d];
-        }
-        const float inv = 1.0f / l;
-        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
-      }
+  // Merge the partial states of each cut (sequence, query head) in key
+  // order: with M the largest running max,
+  // out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
+  struct PartRow {
+    int32_t s, h, j0;
+    int64_t at;  // its state: parts + at * (hd + 2)
+  };
+  std::vector<PartRow> rows;
+  for (const DecodeUnit& u : units) {
+    if (u.part < 0) continue;
+    const HeadRange& hr = ranges[static_cast<size_t>(u.hr)];
+    for (int64_t r = 0; r < u.n_s * (hr.h1 - hr.h0); ++r) {
+      int64_t seq = 0, head = 0;
+      unit_row(ctx, u, hr, r, &seq, &head);
+      rows.push_back({static_cast<int32_t>(seq), static_cast<int32_t>(head), u.j0,
+                      int64_t{u.part} * kDecodeRows + r});
     }
+  }
+  std::sort(rows.begin(), rows.end(), [](const PartRow& x, const PartRow& y) {
+    return std::tie(x.s, x.h, x.j0) < std::tie(y.s, y.h, y.j0);
+  });
+  for (size_t i = 0; i < rows.size();) {
+    size_t e = i + 1;
+    while (e < rows.size() && rows[e].s == rows[i].s && rows[e].h == rows[i].h) ++e;
+    auto row = [&](size_t k) { return parts.data() + rows[k].at * (hd + 2); };
+    float mx = -INFINITY;
+    for (size_t k = i; k < e; ++k) mx = std::max(mx, row(k)[hd]);
+    float* o = out + b.q_indptr[rows[i].s] * out_stride + rows[i].h * hd;
+    for (int64_t d = 0; d < hd; ++d) o[d] = 0.0f;
+    float l = 0.0f;
+    for (size_t k = i; k < e; ++k) {
+      const float* pr = row(k);
+      const float w = pr[hd] == -INFINITY ? 0.0f : exp_fast(pr[hd] - mx);
+      l += w * pr[hd + 1];
+      for (int64_t d = 0; d < hd; ++d) o[d] += w * pr[d];
+    }
+    const float inv = 1.0f / l;
+    for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
     i = e;
   }
   return true;

@@ -25,6 +25,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/shared_pages.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/cpu_attention_check.h"
 #include "support/all_close.h"
@@ -120,6 +121,110 @@ INSTANTIATE_TEST_SUITE_P(KvDtype, AttentionTest,
                            return std::string(dtype_name(std::get<0>(info.param))) +
                                   (std::get<1>(info.param) ? "_native" : "_portable");
                          });
+
+// Decode sequences (kv_len, shares) on pages drawn at random from the pool;
+// those that share begin with the same n_shared pages (their keys written
+// once), the others have pages of their own; every other key is written
+// with kv_append from random rows.
+PagedBatch make_shared_batch(Pool& pool, int32_t n_shared,
+                             const std::vector<std::pair<int32_t, bool>>& seqs, uint32_t seed) {
+  std::vector<std::pair<int32_t, int32_t>> layout = {
+      {n_shared * static_cast<int32_t>(pool.page_size), 0}};
+  for (auto [len, shares] : seqs) layout.push_back({len, 1});
+  // The first "sequence" holds the shared pages (no query, not in the batch).
+  PagedBatch all = make_batch(pool, layout, seed);
+  PagedBatch b;
+  for (size_t s = 1; s < layout.size(); ++s) {
+    const auto [len, shares] = seqs[s - 1];
+    std::vector<int32_t> ids(all.page_ids.begin() + all.page_indptr[s],
+                             all.page_ids.begin() + all.page_indptr[s + 1]);
+    if (shares) std::copy_n(all.page_ids.begin(), n_shared, ids.begin());
+    b.page_ids.insert(b.page_ids.end(), ids.begin(), ids.end());
+    b.page_indptr.push_back(static_cast<int32_t>(b.page_ids.size()));
+    b.kv_len.push_back(len);
+    b.q_indptr.push_back(b.q_indptr.back() + 1);
+  }
+  return b;
+}
+
+TEST_P(AttentionTest, SharedPagesMatchReference) {
+  // Decode sequences whose tables begin with the same pages read them once
+  // per group (kernels/cpu/shared_pages.h): groups larger than one unit's
+  // rows, shared keys cut into chunks, members with short and long tails,
+  // sequences outside the group, groups too large for it (group 40).
+  const DType t = std::get<0>(GetParam());
+  struct SharedCase {
+    const char* name;
+    int64_t page_size, n_kv_head, group, head_dim;
+    int32_t n_shared;
+    std::vector<std::pair<int32_t, bool>> seqs;
+  };
+  std::vector<std::pair<int32_t, bool>> sixteen;
+  for (int32_t i = 0; i < 16; ++i) sixteen.push_back({641 + 37 * i, i != 5});
+  const std::vector<SharedCase> cases = {
+      {"demo shape, 15 of 16 share 40 pages", 16, 3, 3, 64, 40, sixteen},
+      {"long shared keys (chunks)", 16, 3, 3, 64, 190, {{3100, true}, {3041, true}, {3050, true}}},
+      {"hd128 gqa4", 16, 2, 4, 128, 6, {{97, true}, {120, false}, {98, true}, {300, true}}},
+      {"mha 8 kv heads", 16, 8, 1, 32, 3, {{49, true}, {60, true}, {49, true}}},
+      {"page 7, odd head dim", 7, 3, 5, 48, 9, {{64, true}, {70, true}, {200, true}, {3, false}}},
+      {"group 40", 5, 2, 40, 24, 4, {{21, true}, {30, true}}},
+  };
+  uint32_t seed = 7000;
+  for (const SharedCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.name << " " << dtype_name(t));
+    int64_t pages = c.n_shared;
+    for (auto [len, shares] : c.seqs) pages += (len + c.page_size - 1) / c.page_size;
+    Pool pool(t, c.page_size, c.n_kv_head, c.head_dim, pages + 3);
+    const PagedBatch b = make_shared_batch(pool, c.n_shared, c.seqs, seed += 31);
+    ASSERT_FALSE(shared_page_groups(b.view<AttentionBatch>(), c.page_size).empty());
+    test_support::check_paged_attention(
+        pool, b, c.group, seed,
+        [&](const float* q, int64_t q_stride, float scale, const std::vector<double>& ref) {
+          return attention_bound(pool, b, c.group, q, q_stride, scale, ref);
+        },
+        "shared pages");
+  }
+}
+
+TEST(SharedPageGroups, GroupsDecodeSequencesByTheirCommonFirstPages) {
+  // Sequences 0, 2 and 4 begin with pages 0, 1 (4 diverges after them, 0
+  // and 2 share page 2 too); 1 owns its pages; 3 begins with page 0 but is a
+  // prefill; 5 and 6 begin with page 9, but 6's last key is on it, so 6
+  // shares no page and 5 is alone.
+  PagedBatch b;
+  auto add = [&](std::vector<int32_t> ids, int32_t len, int32_t n_new) {
+    b.page_ids.insert(b.page_ids.end(), ids.begin(), ids.end());
+    b.page_indptr.push_back(static_cast<int32_t>(b.page_ids.size()));
+    b.kv_len.push_back(len);
+    b.q_indptr.push_back(b.q_indptr.back() + n_new);
+  };
+  add({0, 1, 2, 3}, 60, 1);
+  add({4, 5}, 20, 1);
+  add({0, 1, 2, 6}, 50, 1);
+  add({0, 1, 2, 7}, 50, 4);
+  add({0, 1, 8, 11}, 40, 1);
+  add({9, 10}, 30, 1);
+  add({9}, 16, 1);
+  std::vector<SharedPages> g = shared_page_groups(b.view<AttentionBatch>(), 16);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].seqs, (std::vector<int32_t>{0, 2, 4}));
+  EXPECT_EQ(g[0].n_pages, 2);
+  // Sequence 4 on page 2 as well: while its last key is on page 2, it keeps
+  // that page to itself; once past it, the group shares the three pages.
+  b.page_ids[b.page_indptr[4] + 2] = 2;
+  b.kv_len[4] = 33;
+  g = shared_page_groups(b.view<AttentionBatch>(), 16);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].n_pages, 2);
+  b.kv_len[4] = 49;
+  g = shared_page_groups(b.view<AttentionBatch>(), 16);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].n_pages, 3);
+  // Sparse attention's per-head lists are never grouped.
+  AttentionBatch lists = b.view<AttentionBatch>();
+  lists.lists = 3;
+  EXPECT_TRUE(shared_page_groups(lists, 16).empty());
+}
 
 TEST(Attention, NonFiniteStaysWhereTheReferencePutsIt) {
   Pool pool(DType::kF32, 4, 1, 8, 8);

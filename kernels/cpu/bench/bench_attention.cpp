@@ -9,6 +9,10 @@
 //   strata_bench_attention [--seqs 32] [--ctx 160] [--prompt 128] [--layers 30]
 //                          [--heads 9] [--kv-heads 3] [--head-dim 64]
 //                          [--kv f16|bf16|f32] [--threads N] [--reps N] [--decode-only]
+//                          [--shared N]
+// --shared N: every sequence's first N keys (whole pages) are sequence 0's
+// pages, a shared prompt prefix, which the decode step reads once per group
+// (kernels/cpu/shared_pages.h); the KV rate counts the bytes read once.
 // STRATA_BENCH_CPU_TIME=1 times by process CPU time / threads instead of wall
 // time (steadier on a machine shared with other work).
 #include <omp.h>
@@ -53,12 +57,15 @@ int main(int argc, char** argv) {
   strata::bench::AttentionShape shape;
   int64_t prompt = 128;
   bool decode_only = false;
+  int64_t shared = 0;
   std::string kv = "f16";
   CLI::App app{"strata paged attention benchmark: a decode step over every layer's KV, and prefill"};
   shape.add_flags(app);
   app.add_option("--prompt", prompt, "Prompt tokens of the prefill run")->check(CLI::PositiveNumber);
   app.add_option("--kv", kv, "KV dtype")->check(CLI::IsMember({"f16", "bf16", "f32"}));
   app.add_flag("--decode-only", decode_only, "Skip the prefill run");
+  app.add_option("--shared", shared, "Keys of a prefix every sequence shares (whole pages)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   const auto [n_seq, ctx, n_layer, n_head, n_kv, hd, reps] = shape;
   const bool prefill = !decode_only;
@@ -87,6 +94,9 @@ int main(int argc, char** argv) {
     for (int64_t p = prompt_pages; p < per_seq; ++p) {
       for (auto& sp : seq_pages) sp.push_back(next++);
     }
+    const int64_t shared_pages = std::min(shared, ctx - 1) / ps;
+    shared = shared_pages * ps;
+    for (auto& sp : seq_pages) std::copy_n(seq_pages[0].begin(), shared_pages, sp.begin());
     for (int64_t s = 0; s < n_seq; ++s) {
       page_ids.insert(page_ids.end(), seq_pages[static_cast<size_t>(s)].begin(),
                       seq_pages[static_cast<size_t>(s)].end());
@@ -142,7 +152,7 @@ int main(int argc, char** argv) {
   for (auto& v : q) v = qd(rng);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
-  const double kv_bytes = 2.0 * n_layer * n_seq * ctx * n_kv * hd * eb;
+  const double kv_bytes = 2.0 * n_layer * (shared + n_seq * (ctx - shared)) * n_kv * hd * eb;
   const Stats st = time_it(reps, [&] {
     for (int64_t l = 0; l < n_layer; ++l) {
       check(strata::cpu::paged_attention(out.data(), row, q.data(), row, n_head, pages_of(l), b,
@@ -150,13 +160,14 @@ int main(int argc, char** argv) {
     }
   });
   std::printf(
-      "decode step: %lld layers x %lld sequences x %lld keys (%lld/%lld heads, head_dim %lld, "
-      "%s KV %.1f MB)\n  %.3f ms (range %.3f-%.3f), %.3f ms/layer, KV read at %.1f GB/s = "
+      "decode step: %lld layers x %lld sequences x %lld keys, %lld of them shared (%lld/%lld "
+      "heads, head_dim %lld, %s KV %.1f MB)\n  %.3f ms (range %.3f-%.3f), %.3f ms/layer, KV read "
+      "at %.1f GB/s = "
       "%.0f%% of the read bandwidth\n",
-      static_cast<long long>(n_layer), static_cast<long long>(n_seq),
-      static_cast<long long>(ctx), static_cast<long long>(n_head), static_cast<long long>(n_kv),
-      static_cast<long long>(hd), std::string(strata::dtype_name(kv_dtype)).c_str(),
-      kv_bytes / 1e6, st.median * 1e3, st.lo * 1e3, st.hi * 1e3, st.median * 1e3 / n_layer,
+      static_cast<long long>(n_layer), static_cast<long long>(n_seq), static_cast<long long>(ctx),
+      static_cast<long long>(shared), static_cast<long long>(n_head), static_cast<long long>(n_kv),
+      static_cast<long long>(hd), std::string(strata::dtype_name(kv_dtype)).c_str(), kv_bytes / 1e6,
+      st.median * 1e3, st.lo * 1e3, st.hi * 1e3, st.median * 1e3 / n_layer,
       kv_bytes / st.median / 1e9, 100.0 * kv_bytes / st.median / bw);
 
   // Prefill of one layer: every sequence's prompt at once (causal).
