@@ -37,6 +37,9 @@ constexpr int64_t kDecodeRows = 32;     // query rows of one unit
 constexpr int64_t kDecodePrefetch = 2;  // blocks of 16 keys prefetched ahead
 constexpr int64_t kMinChunkKeys = 64;   // shortest key chunk of a cut sequence
 constexpr int64_t kMaxChunkKeys = 2048; // longest key chunk (bounds a unit's time)
+constexpr int64_t kLaneMinRows = 8;     // fewest rows of a shared unit computed in lanes
+constexpr int64_t kLaneRows = 48;       // most rows of a lane_unit (3 vectors)
+constexpr int64_t kPartRows = std::max(kDecodeRows, kLaneRows);  // rows of a partial state slot
 
 // Query heads [h0, h1) reading kv heads [g0, g1).
 struct HeadRange {
@@ -92,7 +95,7 @@ struct DecodeCtx {
   const float* q;
   int64_t q_stride;
   float scale;
-  float* parts;  // [n_parts, kDecodeRows, head_dim + 2]: value sums, max, sum per row
+  float* parts;                // [n_parts, kPartRows, head_dim + 2]: value sums, max, sum per row
   const int32_t* shared_seqs;  // the members of the shared units
 };
 
@@ -124,6 +127,18 @@ inline void prefetch_rows(const char* const* rows, int64_t n, int64_t offset, in
     const uintptr_t last = (reinterpret_cast<uintptr_t>(rows[i] + offset) + bytes - 1) &
                            ~uintptr_t{63};
     for (uintptr_t a = first; a <= last; a += 64) prefetch_l1(reinterpret_cast<const char*>(a));
+  }
+}
+
+// prefetch_rows into L2 (prefetcht1), from the rows' start: for lane_unit,
+// whose tiles fill most of L1.
+inline void prefetch_rows_l2(const char* const* rows, int64_t n, int64_t bytes) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(rows[i]) & ~uintptr_t{63};
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(rows[i]) + bytes - 1) & ~uintptr_t{63};
+    for (uintptr_t a = first; a <= last; a += 64) {
+      asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(a)));
+    }
   }
 }
 
@@ -315,6 +330,162 @@ STRATA_AVX512 inline void decode_block_rows(int64_t n_rows, const float (*qs)[kM
   }
 }
 
+// A shared unit of one kv head with at least kLaneMinRows query rows (its
+// members' query heads of that kv head) computes with the rows in the lanes:
+// NT vectors of 16 rows. Each key block is widened to f32 once, then a
+// score vector per key is a chain of multiply-adds of the key's elements
+// (broadcast) with the rows' query elements, and the value sums of a
+// dimension one of the key probabilities with the value element: the
+// arithmetic of a matrix product, with no reduction across lanes; the online
+// softmax runs on 16 rows at a time. Writes the rows' partial states.
+template <DType T, int NT>
+STRATA_AVX512 void lane_unit(const DecodeCtx& c, const DecodeUnit& u) {
+  const KvPages& kv = *c.kv;
+  const int64_t hd = kv.head_dim;
+  const HeadRange& hr = c.ranges[u.hr];
+  const int64_t n_rows = u.n_s * c.group;
+  alignas(64) float qt[kMaxHeadDim][NT][16];   // [d][tile][lane]: scaled queries
+  alignas(64) float acc[kMaxHeadDim][NT][16];  // value sums
+  alignas(64) float kf[16][kMaxHeadDim];       // the block's keys and values in f32
+  alignas(64) float vf[16][kMaxHeadDim];
+  alignas(64) float p[16][NT][16];  // [key][tile][lane]: scores, then weights
+  std::memset(qt, 0, sizeof(qt));
+  std::memset(acc, 0, sizeof(acc));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    int64_t seq = 0, head = 0;
+    unit_row(c, u, hr, r, &seq, &head);
+    const float* qr = c.q + c.b->q_indptr[seq] * c.q_stride + head * hd;
+    for (int64_t d = 0; d < hd; ++d) qt[d][r / 16][r % 16] = qr[d] * c.scale;
+  }
+  __m512 m[NT], l[NT];
+  for (int t = 0; t < NT; ++t) {
+    m[t] = _mm512_set1_ps(-INFINITY);
+    l[t] = _mm512_setzero_ps();
+  }
+  const int32_t* ids = seq_pages(*c.b, u.s, hr.g0);
+  const char* krow[16];
+  const char* vrow[16];
+  const int64_t n_vec = (hd + 15) / 16;
+  for (int64_t j0 = u.j0; j0 < u.j1; j0 += 16) {
+    const int64_t jn = std::min<int64_t>(16, u.j1 - j0);
+    block_rows(kv, ids, j0, jn, hr.g0, krow, vrow);
+    // The next block's rows, prefetched a quarter at a time as the scores go.
+    const char* nk[16];
+    const char* nv[16];
+    const int64_t nn = std::min<int64_t>(16, std::max<int64_t>(0, u.j1 - j0 - 16));
+    if (nn > 0) block_rows(kv, ids, j0 + 16, nn, hr.g0, nk, nv);
+    const float* kp[16];
+    const float* vp[16];
+    for (int64_t i = 0; i < 16; ++i) {
+      if constexpr (T == DType::kF32) {
+        kp[i] = reinterpret_cast<const float*>(krow[i]);
+        vp[i] = reinterpret_cast<const float*>(vrow[i]);
+        continue;
+      }
+      for (int64_t v = 0; v < n_vec; ++v) {
+        const __mmask16 mk = hd - 16 * v >= 16 ? static_cast<__mmask16>(0xffff)
+                                               : static_cast<__mmask16>((1u << (hd - 16 * v)) - 1);
+        _mm512_store_ps(&kf[i][16 * v], load16<T>(krow[i], 16 * v, mk));
+        _mm512_store_ps(&vf[i][16 * v], load16<T>(vrow[i], 16 * v, mk));
+      }
+      kp[i] = kf[i];
+      vp[i] = vf[i];
+    }
+    // Scores, four keys at a time (keys past jn are the first row again).
+    for (int64_t i = 0; i < 16; i += 4) {
+      if (i < nn) {
+        prefetch_rows_l2(nk + i, std::min<int64_t>(4, nn - i), hd * elem_bytes(kv.dtype));
+        prefetch_rows_l2(nv + i, std::min<int64_t>(4, nn - i), hd * elem_bytes(kv.dtype));
+      }
+      __m512 sc[4][NT];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; ++t) sc[k][t] = _mm512_setzero_ps();
+      }
+      for (int64_t d = 0; d < hd; ++d) {
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; ++t) {
+          const __m512 qv = _mm512_load_ps(qt[d][t]);
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k) {
+            sc[k][t] = _mm512_fmadd_ps(_mm512_set1_ps(kp[i + k][d]), qv, sc[k][t]);
+          }
+        }
+      }
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; ++t) _mm512_store_ps(p[i + k][t], sc[k][t]);
+      }
+    }
+    __m512 corr[NT];
+    for (int t = 0; t < NT; ++t) {
+      __m512 mb = _mm512_set1_ps(-INFINITY);
+      for (int64_t i = 0; i < jn; ++i) mb = _mm512_max_ps(mb, _mm512_load_ps(p[i][t]));
+      const __m512 m_new = _mm512_max_ps(m[t], mb);
+      // Rows whose scores so far are all -inf keep weight 0 and scale 1.
+      const __mmask16 live = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t i = 0; i < 16; ++i) {
+        const __m512 w =
+            i < jn ? _mm512_maskz_mov_ps(
+                         live, exp_fast_avx512(_mm512_sub_ps(_mm512_load_ps(p[i][t]), m_new)))
+                   : _mm512_setzero_ps();
+        _mm512_store_ps(p[i][t], w);
+        sum = _mm512_add_ps(sum, w);
+      }
+      corr[t] = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), live,
+                                   exp_fast_avx512(_mm512_sub_ps(m[t], m_new)));
+      l[t] = _mm512_mask_mov_ps(l[t], live, _mm512_fmadd_ps(l[t], corr[t], sum));
+      m[t] = m_new;
+    }
+    // Value sums, four dimensions at a time.
+    for (int64_t d = 0; d < hd; d += 4) {  // hd % 4 == 0 (lane_unit_runs)
+      __m512 a[4][NT];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; ++t)
+          a[k][t] = _mm512_mul_ps(_mm512_load_ps(acc[d + k][t]), corr[t]);
+      }
+      for (int64_t i = 0; i < jn; ++i) {
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; ++t) {
+          const __m512 w = _mm512_load_ps(p[i][t]);
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k) {
+            a[k][t] = _mm512_fmadd_ps(_mm512_set1_ps(vp[i][d + k]), w, a[k][t]);
+          }
+        }
+      }
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; ++t) _mm512_store_ps(acc[d + k][t], a[k][t]);
+      }
+    }
+  }
+  alignas(64) float mv[NT][16], lv[NT][16];
+  for (int t = 0; t < NT; ++t) {
+    _mm512_store_ps(mv[t], m[t]);
+    _mm512_store_ps(lv[t], l[t]);
+  }
+  float* part = c.parts + static_cast<int64_t>(u.part) * kPartRows * (hd + 2);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* pr = part + r * (hd + 2);
+    for (int64_t d = 0; d < hd; ++d) pr[d] = acc[d][r / 16][r % 16];
+    pr[hd] = mv[r / 16][r % 16];
+    pr[hd + 1] = lv[r / 16][r % 16];
+  }
+}
+
+// Whether unit u runs lane_unit.
+inline bool lane_unit_runs(const DecodeCtx& c, const DecodeUnit& u) {
+  return u.n_s > 1 && u.n_s * c.group >= kLaneMinRows && c.kv->head_dim % 4 == 0 &&
+         c.ranges[u.hr].g1 - c.ranges[u.hr].g0 == 1;
+}
+
 // Runs units[0 .. n) on the calling thread. NC > 0: head_dim == 16 NC.
 template <DType T, int NC>
 STRATA_AVX512 void decode_units(const DecodeCtx& c, const DecodeUnit* units, int64_t n) {
@@ -379,6 +550,25 @@ STRATA_AVX512 void decode_units(const DecodeCtx& c, const DecodeUnit* units, int
     const DecodeUnit& u = units[ui];
     const HeadRange& hr = c.ranges[u.hr];
     const int64_t n_rows = u.n_s * (hr.h1 - hr.h0);
+    if (lane_unit_runs(c, u)) {
+      if (n_rows > 32) {
+        lane_unit<T, 3>(c, u);
+      } else if (n_rows > 16) {
+        lane_unit<T, 2>(c, u);
+      } else {
+        lane_unit<T, 1>(c, u);
+      }
+      // The prefetch cursor restarts at the next unit.
+      pu = ui + 1;
+      pn = 0;
+      if (pu < n) {
+        pj = units[pu].j0;
+        pg = c.ranges[units[pu].hr].g0;
+        const int64_t n_g = c.ranges[units[pu].hr].g1 - pg;
+        for (int64_t i = 0; i < kDecodePrefetch * n_g; ++i) prefetch_step();
+      }
+      continue;
+    }
     const int32_t* ids = seq_pages(*c.b, u.s, hr.g0);
     for (int64_t r = 0; r < n_rows; ++r) {
       int64_t seq = 0, head = 0;
@@ -422,7 +612,7 @@ STRATA_AVX512 void decode_units(const DecodeCtx& c, const DecodeUnit* units, int
         }
       }
     } else {
-      float* part = c.parts + static_cast<int64_t>(u.part) * kDecodeRows * (hd + 2);
+      float* part = c.parts + static_cast<int64_t>(u.part) * kPartRows * (hd + 2);
       for (int64_t r = 0; r < n_rows; ++r) {
         float* pr = part + r * (hd + 2);
         std::memcpy(pr, acc[r], static_cast<size_t>(hd) * sizeof(float));
@@ -518,19 +708,30 @@ bool paged_attention_decode(float* out, int64_t out_stride, const float* q, int6
     if (group_at[static_cast<size_t>(s)] >= 0) {  // the shared units of its group
       const SharedPages& grp = shared[static_cast<size_t>(group_at[static_cast<size_t>(s)])];
       const int64_t n_members = static_cast<int64_t>(grp.seqs.size());
-      const int64_t n_sub = (n_members + kDecodeRows / group - 1) / (kDecodeRows / group);
+      const bool lanes = kv.head_dim % 4 == 0;  // lane_unit takes the large subgroups
+      const int64_t max_s = (lanes ? kLaneRows : kDecodeRows) / group;
+      const int64_t n_sub = (n_members + max_s - 1) / max_s;
       const int64_t keys = grp.n_pages * kv.page_size;
+      // Chunks of equal length (whole key blocks), for an even split.
+      const int64_t n_chunks = (keys + chunk - 1) / chunk;
+      const int64_t shared_chunk =
+          (keys / n_chunks + kAttentionKeyBlock - 1) / kAttentionKeyBlock * kAttentionKeyBlock;
       for (int64_t sub = 0; sub < n_sub; ++sub) {
         const int64_t i0 = n_members * sub / n_sub, i1 = n_members * (sub + 1) / n_sub;
-        const int64_t per = std::clamp<int64_t>(kDecodeRows / (group * (i1 - i0)), 1, kv.n_kv_head);
+        // Enough rows for lane_unit: one kv head per unit.
+        const int64_t per =
+            lanes && (i1 - i0) * group >= kLaneMinRows
+                ? 1
+                : std::clamp<int64_t>(kDecodeRows / (group * (i1 - i0)), 1, kv.n_kv_head);
         const size_t r0 = whole_head_ranges(per);
         const auto s_list = static_cast<int32_t>(shared_seqs.size());
         shared_seqs.insert(shared_seqs.end(), grp.seqs.begin() + i0, grp.seqs.begin() + i1);
         for (size_t r = r0; r < r0 + static_cast<size_t>((kv.n_kv_head + per - 1) / per); ++r) {
-          for (int64_t j0 = 0; j0 < keys; j0 += chunk) {
+          for (int64_t j0 = 0; j0 < keys; j0 += shared_chunk) {
             add_unit({grp.seqs[static_cast<size_t>(i0)], static_cast<int32_t>(r),
-                      static_cast<int32_t>(j0), static_cast<int32_t>(std::min(keys, j0 + chunk)),
-                      n_parts++, static_cast<int32_t>(i1 - i0), s_list});
+                      static_cast<int32_t>(j0),
+                      static_cast<int32_t>(std::min(keys, j0 + shared_chunk)), n_parts++,
+                      static_cast<int32_t>(i1 - i0), s_list});
           }
         }
       }
@@ -549,7 +750,7 @@ bool paged_attention_decode(float* out, int64_t out_stride, const float* q, int6
   if (units.empty()) return true;
   static thread_local std::vector<float> parts;
   const int64_t hd = kv.head_dim;
-  parts.resize(static_cast<size_t>(n_parts * kDecodeRows * (hd + 2)));
+  parts.resize(static_cast<size_t>(n_parts * kPartRows * (hd + 2)));
   const DecodeCtx ctx{&kv,   &b,           ranges.data(),     group, out, out_stride, q, q_stride,
                       scale, parts.data(), shared_seqs.data()};
   using RunFn = void (*)(const DecodeCtx&, const DecodeUnit*, int64_t);
@@ -595,7 +796,7 @@ bool paged_attention_decode(float* out, int64_t out_stride, const float* q, int6
       int64_t seq = 0, head = 0;
       unit_row(ctx, u, hr, r, &seq, &head);
       rows.push_back({static_cast<int32_t>(seq), static_cast<int32_t>(head), u.j0,
-                      int64_t{u.part} * kDecodeRows + r});
+                      int64_t{u.part} * kPartRows + r});
     }
   }
   std::sort(rows.begin(), rows.end(), [](const PartRow& x, const PartRow& y) {

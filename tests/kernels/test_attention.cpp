@@ -149,9 +149,11 @@ PagedBatch make_shared_batch(Pool& pool, int32_t n_shared,
 
 TEST_P(AttentionTest, SharedPagesMatchReference) {
   // Decode sequences whose tables begin with the same pages read them once
-  // per group (kernels/cpu/shared_pages.h): groups larger than one unit's
-  // rows, shared keys cut into chunks, members with short and long tails,
-  // sequences outside the group, groups too large for it (group 40).
+  // per group (kernels/cpu/shared_pages.h): query rows in 1, 2 and 3 lane
+  // vectors, groups too large for one unit, shared keys cut into chunks,
+  // members with short and long tails, sequences outside the group, groups
+  // of few rows or head dims that lane units do not take, and a group size
+  // too large for any (group 40).
   const DType t = std::get<0>(GetParam());
   struct SharedCase {
     const char* name;
@@ -164,7 +166,38 @@ TEST_P(AttentionTest, SharedPagesMatchReference) {
   const std::vector<SharedCase> cases = {
       {"demo shape, 15 of 16 share 40 pages", 16, 3, 3, 64, 40, sixteen},
       {"long shared keys (chunks)", 16, 3, 3, 64, 190, {{3100, true}, {3041, true}, {3050, true}}},
-      {"hd128 gqa4", 16, 2, 4, 128, 6, {{97, true}, {120, false}, {98, true}, {300, true}}},
+      {"hd128 gqa4",
+       16,
+       2,
+       4,
+       128,
+       6,
+       {{97, true},
+        {120, false},
+        {98, true},
+        {300, true},
+        {99, true},
+        {140, true},
+        {97, true},
+        {110, true}}},
+      {"head dim 7 (not in lanes), 12 share",
+       16,
+       2,
+       3,
+       7,
+       5,
+       {{81, true},
+        {82, true},
+        {90, true},
+        {81, true},
+        {100, true},
+        {85, true},
+        {81, true},
+        {95, true},
+        {81, true},
+        {83, true},
+        {200, true},
+        {81, true}}},
       {"mha 8 kv heads", 16, 8, 1, 32, 3, {{49, true}, {60, true}, {49, true}}},
       {"page 7, odd head dim", 7, 3, 5, 48, 9, {{64, true}, {70, true}, {200, true}, {3, false}}},
       {"group 40", 5, 2, 40, 24, 4, {{21, true}, {30, true}}},
