@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/cpu/attention_decode_units.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kv_rows.h"
 #include "kernels/cpu/parallel.h"
@@ -22,145 +23,15 @@ namespace strata::cpu {
 
 namespace {
 
-// Work units are (sequence, range of kv heads, range of keys). A range of kv
-// heads takes as many whole kv heads as fit kDecodeRows query rows (or, for
-// larger groups, kDecodeRows query heads of one kv head), so a unit reads
-// each key's K and V rows of those heads once, as one contiguous span, for all
-// their query heads. A sequence longer than a thread's share of the keys is
-// cut into key chunks (multiples of kAttentionKeyBlock keys, so blocks are the
-// same as uncut) whose partial softmax states (running max, sum and value
-// sums) are merged after the parallel loop. Each thread takes a contiguous
-// run of units of about equal bytes and walks its keys in order, prefetching
-// kDecodePrefetch blocks ahead across unit boundaries, so the stream from
-// memory never starts cold.
-constexpr int64_t kDecodeRows = 32;     // query rows of one unit
-constexpr int64_t kDecodePrefetch = 2;  // blocks of 16 keys prefetched ahead
-constexpr int64_t kMinChunkKeys = 64;   // shortest key chunk of a cut sequence
-constexpr int64_t kMaxChunkKeys = 2048; // longest key chunk (bounds a unit's time)
-constexpr int64_t kLaneMinRows = 8;     // fewest rows of a shared unit computed in lanes
-constexpr int64_t kLaneRows = 48;       // most rows of a lane_unit (3 vectors)
-constexpr int64_t kPartRows = std::max(kDecodeRows, kLaneRows);  // rows of a partial state slot
-
-// Query heads [h0, h1) reading kv heads [g0, g1).
-struct HeadRange {
-  int32_t g0, g1, h0, h1;
-};
-
-// A unit of a group of sequences sharing pages (kernels/cpu/shared_pages.h)
-// covers keys of those pages for n_s of its members at once: its rows are
-// kv-head major, (kv head, member, query head of the kv head), so that each
-// kv head's rows are contiguous as in a unit of one sequence; its head range
-// takes whole kv heads.
-struct DecodeUnit {
-  int32_t s;       // sequence (of a shared unit: its first member, whose pages it reads)
-  int32_t hr;      // head range
-  int32_t j0, j1;  // keys [j0, j1)
-  int32_t part;    // slot of its partial state, -1 when it covers the whole sequence
-  int32_t n_s;     // sequences whose queries it takes (1, or members of a shared group)
-  int32_t s_list;  // n_s > 1: they are shared_seqs[s_list .. s_list + n_s)
-};
-
-// The K and V rows of kv head g of keys j0 .. j0 + jn - 1 (jn <= 16) of a
-// sequence whose pages are ids; entries jn .. 15 repeat the first row. One
-// division per block, not per key.
-inline void block_rows(const KvPages& kv, const int32_t* ids, int64_t j0, int64_t jn, int64_t g,
-                       const char** krow, const char** vrow) {
-  const int64_t row_bytes = kv.n_kv_head * kv.head_dim * elem_bytes(kv.dtype);
-  const int64_t g_bytes = g * kv.head_dim * elem_bytes(kv.dtype);
-  int64_t page = j0 / kv.page_size, off = j0 - page * kv.page_size;
-  for (int64_t i = 0; i < jn; ++i) {
-    const int64_t b = off * row_bytes + g_bytes;
-    krow[i] = static_cast<const char*>(kv.k[ids[page]]) + b;
-    vrow[i] = static_cast<const char*>(kv.v[ids[page]]) + b;
-    if (++off == kv.page_size) {
-      off = 0;
-      ++page;
-    }
-  }
-  for (int64_t i = jn; i < 16; ++i) {
-    krow[i] = krow[0];
-    vrow[i] = vrow[0];
-  }
-}
+using namespace decode;
 
 #if defined(__x86_64__)
-
-struct DecodeCtx {
-  const KvPages* kv;
-  const AttentionBatch* b;
-  const HeadRange* ranges;
-  int64_t group;  // query heads per kv head
-  float* out;
-  int64_t out_stride;
-  const float* q;
-  int64_t q_stride;
-  float scale;
-  float* parts;                // [n_parts, kPartRows, head_dim + 2]: value sums, max, sum per row
-  const int32_t* shared_seqs;  // the members of the shared units
-};
-
-// Row r of unit u: its sequence and query head (see DecodeUnit).
-inline void unit_row(const DecodeCtx& c, const DecodeUnit& u, const HeadRange& hr, int64_t r,
-                     int64_t* seq, int64_t* head) {
-  if (u.n_s == 1) {
-    *seq = u.s;
-    *head = hr.h0 + r;
-    return;
-  }
-  const int64_t per_g = u.n_s * c.group;
-  const int64_t rem = r % per_g;
-  *seq = c.shared_seqs[u.s_list + rem / c.group];
-  *head = (hr.g0 + r / per_g) * c.group + rem % c.group;
-}
-
-// A software prefetch into L1 that the compiler keeps (GCC's pure-function
-// analysis drops calls of a function whose only effect is __builtin_prefetch).
-inline void prefetch_l1(const char* p) {
-  asm volatile("prefetcht0 %0" : : "m"(*p));
-}
-
-// Prefetches bytes [offset, offset + bytes) of each of n rows: every
-// 64-byte line they touch.
-inline void prefetch_rows(const char* const* rows, int64_t n, int64_t offset, int64_t bytes) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(rows[i] + offset) & ~uintptr_t{63};
-    const uintptr_t last = (reinterpret_cast<uintptr_t>(rows[i] + offset) + bytes - 1) &
-                           ~uintptr_t{63};
-    for (uintptr_t a = first; a <= last; a += 64) prefetch_l1(reinterpret_cast<const char*>(a));
-  }
-}
-
-// prefetch_rows into L2 (prefetcht1), from the rows' start: for lane_unit,
-// whose tiles fill most of L1.
-inline void prefetch_rows_l2(const char* const* rows, int64_t n, int64_t bytes) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(rows[i]) & ~uintptr_t{63};
-    const uintptr_t last = (reinterpret_cast<uintptr_t>(rows[i]) + bytes - 1) & ~uintptr_t{63};
-    for (uintptr_t a = first; a <= last; a += 64) {
-      asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(a)));
-    }
-  }
-}
 
 // GCC 12 warns about the undefined pass-through operand inside several
 // AVX-512 intrinsics of its own headers; nothing here reads one.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
-
-// 16 elements of a K or V row from element c on, widened to f32; lanes
-// outside `m` are zero. F16C widening is exact; NaN stays NaN.
-template <DType T>
-STRATA_AVX512 inline __m512 load16(const void* row, int64_t c, __mmask16 m) {
-  if constexpr (T == DType::kF32) {
-    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + c);
-  } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + c);
-    if constexpr (T == DType::kF16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
 
 // Sums of 16 vectors, one per key, into one vector of the 16 sums (lane j =
 // the sum of the lanes of vector j): the stages of a 16 x 16 transpose with
@@ -330,162 +201,6 @@ STRATA_AVX512 inline void decode_block_rows(int64_t n_rows, const float (*qs)[kM
   }
 }
 
-// A shared unit of one kv head with at least kLaneMinRows query rows (its
-// members' query heads of that kv head) computes with the rows in the lanes:
-// NT vectors of 16 rows. Each key block is widened to f32 once, then a
-// score vector per key is a chain of multiply-adds of the key's elements
-// (broadcast) with the rows' query elements, and the value sums of a
-// dimension one of the key probabilities with the value element: the
-// arithmetic of a matrix product, with no reduction across lanes; the online
-// softmax runs on 16 rows at a time. Writes the rows' partial states.
-template <DType T, int NT>
-STRATA_AVX512 void lane_unit(const DecodeCtx& c, const DecodeUnit& u) {
-  const KvPages& kv = *c.kv;
-  const int64_t hd = kv.head_dim;
-  const HeadRange& hr = c.ranges[u.hr];
-  const int64_t n_rows = u.n_s * c.group;
-  alignas(64) float qt[kMaxHeadDim][NT][16];   // [d][tile][lane]: scaled queries
-  alignas(64) float acc[kMaxHeadDim][NT][16];  // value sums
-  alignas(64) float kf[16][kMaxHeadDim];       // the block's keys and values in f32
-  alignas(64) float vf[16][kMaxHeadDim];
-  alignas(64) float p[16][NT][16];  // [key][tile][lane]: scores, then weights
-  std::memset(qt, 0, sizeof(qt));
-  std::memset(acc, 0, sizeof(acc));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    int64_t seq = 0, head = 0;
-    unit_row(c, u, hr, r, &seq, &head);
-    const float* qr = c.q + c.b->q_indptr[seq] * c.q_stride + head * hd;
-    for (int64_t d = 0; d < hd; ++d) qt[d][r / 16][r % 16] = qr[d] * c.scale;
-  }
-  __m512 m[NT], l[NT];
-  for (int t = 0; t < NT; ++t) {
-    m[t] = _mm512_set1_ps(-INFINITY);
-    l[t] = _mm512_setzero_ps();
-  }
-  const int32_t* ids = seq_pages(*c.b, u.s, hr.g0);
-  const char* krow[16];
-  const char* vrow[16];
-  const int64_t n_vec = (hd + 15) / 16;
-  for (int64_t j0 = u.j0; j0 < u.j1; j0 += 16) {
-    const int64_t jn = std::min<int64_t>(16, u.j1 - j0);
-    block_rows(kv, ids, j0, jn, hr.g0, krow, vrow);
-    // The next block's rows, prefetched a quarter at a time as the scores go.
-    const char* nk[16];
-    const char* nv[16];
-    const int64_t nn = std::min<int64_t>(16, std::max<int64_t>(0, u.j1 - j0 - 16));
-    if (nn > 0) block_rows(kv, ids, j0 + 16, nn, hr.g0, nk, nv);
-    const float* kp[16];
-    const float* vp[16];
-    for (int64_t i = 0; i < 16; ++i) {
-      if constexpr (T == DType::kF32) {
-        kp[i] = reinterpret_cast<const float*>(krow[i]);
-        vp[i] = reinterpret_cast<const float*>(vrow[i]);
-        continue;
-      }
-      for (int64_t v = 0; v < n_vec; ++v) {
-        const __mmask16 mk = hd - 16 * v >= 16 ? static_cast<__mmask16>(0xffff)
-                                               : static_cast<__mmask16>((1u << (hd - 16 * v)) - 1);
-        _mm512_store_ps(&kf[i][16 * v], load16<T>(krow[i], 16 * v, mk));
-        _mm512_store_ps(&vf[i][16 * v], load16<T>(vrow[i], 16 * v, mk));
-      }
-      kp[i] = kf[i];
-      vp[i] = vf[i];
-    }
-    // Scores, four keys at a time (keys past jn are the first row again).
-    for (int64_t i = 0; i < 16; i += 4) {
-      if (i < nn) {
-        prefetch_rows_l2(nk + i, std::min<int64_t>(4, nn - i), hd * elem_bytes(kv.dtype));
-        prefetch_rows_l2(nv + i, std::min<int64_t>(4, nn - i), hd * elem_bytes(kv.dtype));
-      }
-      __m512 sc[4][NT];
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-#pragma GCC unroll 2
-        for (int t = 0; t < NT; ++t) sc[k][t] = _mm512_setzero_ps();
-      }
-      for (int64_t d = 0; d < hd; ++d) {
-#pragma GCC unroll 2
-        for (int t = 0; t < NT; ++t) {
-          const __m512 qv = _mm512_load_ps(qt[d][t]);
-#pragma GCC unroll 4
-          for (int k = 0; k < 4; ++k) {
-            sc[k][t] = _mm512_fmadd_ps(_mm512_set1_ps(kp[i + k][d]), qv, sc[k][t]);
-          }
-        }
-      }
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-#pragma GCC unroll 2
-        for (int t = 0; t < NT; ++t) _mm512_store_ps(p[i + k][t], sc[k][t]);
-      }
-    }
-    __m512 corr[NT];
-    for (int t = 0; t < NT; ++t) {
-      __m512 mb = _mm512_set1_ps(-INFINITY);
-      for (int64_t i = 0; i < jn; ++i) mb = _mm512_max_ps(mb, _mm512_load_ps(p[i][t]));
-      const __m512 m_new = _mm512_max_ps(m[t], mb);
-      // Rows whose scores so far are all -inf keep weight 0 and scale 1.
-      const __mmask16 live = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-      __m512 sum = _mm512_setzero_ps();
-      for (int64_t i = 0; i < 16; ++i) {
-        const __m512 w =
-            i < jn ? _mm512_maskz_mov_ps(
-                         live, exp_fast_avx512(_mm512_sub_ps(_mm512_load_ps(p[i][t]), m_new)))
-                   : _mm512_setzero_ps();
-        _mm512_store_ps(p[i][t], w);
-        sum = _mm512_add_ps(sum, w);
-      }
-      corr[t] = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), live,
-                                   exp_fast_avx512(_mm512_sub_ps(m[t], m_new)));
-      l[t] = _mm512_mask_mov_ps(l[t], live, _mm512_fmadd_ps(l[t], corr[t], sum));
-      m[t] = m_new;
-    }
-    // Value sums, four dimensions at a time.
-    for (int64_t d = 0; d < hd; d += 4) {  // hd % 4 == 0 (lane_unit_runs)
-      __m512 a[4][NT];
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-#pragma GCC unroll 2
-        for (int t = 0; t < NT; ++t)
-          a[k][t] = _mm512_mul_ps(_mm512_load_ps(acc[d + k][t]), corr[t]);
-      }
-      for (int64_t i = 0; i < jn; ++i) {
-#pragma GCC unroll 2
-        for (int t = 0; t < NT; ++t) {
-          const __m512 w = _mm512_load_ps(p[i][t]);
-#pragma GCC unroll 4
-          for (int k = 0; k < 4; ++k) {
-            a[k][t] = _mm512_fmadd_ps(_mm512_set1_ps(vp[i][d + k]), w, a[k][t]);
-          }
-        }
-      }
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-#pragma GCC unroll 2
-        for (int t = 0; t < NT; ++t) _mm512_store_ps(acc[d + k][t], a[k][t]);
-      }
-    }
-  }
-  alignas(64) float mv[NT][16], lv[NT][16];
-  for (int t = 0; t < NT; ++t) {
-    _mm512_store_ps(mv[t], m[t]);
-    _mm512_store_ps(lv[t], l[t]);
-  }
-  float* part = c.parts + static_cast<int64_t>(u.part) * kPartRows * (hd + 2);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    float* pr = part + r * (hd + 2);
-    for (int64_t d = 0; d < hd; ++d) pr[d] = acc[d][r / 16][r % 16];
-    pr[hd] = mv[r / 16][r % 16];
-    pr[hd + 1] = lv[r / 16][r % 16];
-  }
-}
-
-// Whether unit u runs lane_unit.
-inline bool lane_unit_runs(const DecodeCtx& c, const DecodeUnit& u) {
-  return u.n_s > 1 && u.n_s * c.group >= kLaneMinRows && c.kv->head_dim % 4 == 0 &&
-         c.ranges[u.hr].g1 - c.ranges[u.hr].g0 == 1;
-}
-
 // Runs units[0 .. n) on the calling thread. NC > 0: head_dim == 16 NC.
 template <DType T, int NC>
 STRATA_AVX512 void decode_units(const DecodeCtx& c, const DecodeUnit* units, int64_t n) {
@@ -551,13 +266,7 @@ STRATA_AVX512 void decode_units(const DecodeCtx& c, const DecodeUnit* units, int
     const HeadRange& hr = c.ranges[u.hr];
     const int64_t n_rows = u.n_s * (hr.h1 - hr.h0);
     if (lane_unit_runs(c, u)) {
-      if (n_rows > 32) {
-        lane_unit<T, 3>(c, u);
-      } else if (n_rows > 16) {
-        lane_unit<T, 2>(c, u);
-      } else {
-        lane_unit<T, 1>(c, u);
-      }
+      lane_unit(c, u);
       // The prefetch cursor restarts at the next unit.
       pu = ui + 1;
       pn = 0;
