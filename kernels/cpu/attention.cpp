@@ -118,20 +118,6 @@ void load_block_generic(const KvPages& kv, const void* const* pages, const int32
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
-
-// 16 elements of a K or V row from element c on, widened to f32; lanes
-// outside `m` are zero. F16C widening is exact; NaN stays NaN.
-template <DType T>
-STRATA_AVX512 inline __m512 load16(const void* row, int64_t c, __mmask16 m) {
-  if constexpr (T == DType::kF32) {
-    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + c);
-  } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + c);
-    if constexpr (T == DType::kF16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
 
 // In-place transpose of a 16 x 16 f32 block held in 16 registers.
 __attribute__((always_inline)) STRATA_AVX512 inline void transpose16(__m512* r) {

@@ -135,28 +135,6 @@ inline void prefetch_rows_l2(const char* const* rows, int64_t n, int64_t bytes) 
   }
 }
 
-// GCC 12 warns about the undefined pass-through operand inside several
-// AVX-512 intrinsics of its own headers; nothing here reads one.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
-
-// 16 elements of a K or V row from element c on, widened to f32; lanes
-// outside `m` are zero. F16C widening is exact; NaN stays NaN.
-template <DType T>
-STRATA_AVX512 inline __m512 load16(const void* row, int64_t c, __mmask16 m) {
-  if constexpr (T == DType::kF32) {
-    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + c);
-  } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + c);
-    if constexpr (T == DType::kF16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
-
-#pragma GCC diagnostic pop
-
 // Whether unit u runs lane_unit.
 inline bool lane_unit_runs(const DecodeCtx& c, const DecodeUnit& u) {
   return u.n_s > 1 && u.n_s * c.group >= kLaneMinRows && c.kv->head_dim % 4 == 0 &&

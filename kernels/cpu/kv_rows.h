@@ -1,12 +1,17 @@
 // Internal to the CPU attention kernels (attention.cpp, attention_ref.cpp,
-// attention_decode.cpp): the rows of f32/f16/bf16 KV pages (element sizes,
-// writing a row in the page dtype, reading one element as stored) and the
+// attention_decode*.cpp): the rows of f32/f16/bf16 KV pages (element sizes,
+// writing a row in the page dtype, reading one element as stored, and with
+// AVX-512 16 elements widened to f32) and the
 // argument checks the fast and the reference paths share, so that both
 // accept and reject exactly the same calls.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
@@ -60,5 +65,28 @@ Status check_minmax(const float* k_min, const float* k_max, const void* const* k
                     int64_t n_pages, DType dtype, int64_t page_size, int64_t n_kv_head,
                     int64_t head_dim, const int32_t* page_ids, const int32_t* n_filled,
                     int64_t n_list);
+
+#if defined(__x86_64__)
+#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+// GCC 12 warns about the undefined pass-through operand inside several
+// AVX-512 intrinsics of its own headers; nothing here reads one.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// 16 elements of a K or V row from element c on, widened to f32; lanes
+// outside `m` are zero. F16C widening is exact; NaN stays NaN.
+template <DType T>
+STRATA_AVX512 inline __m512 load16(const void* row, int64_t c, __mmask16 m) {
+  if constexpr (T == DType::kF32) {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + c);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + c);
+    if constexpr (T == DType::kF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+#pragma GCC diagnostic pop
+#endif  // __x86_64__
 
 }  // namespace strata::cpu
