@@ -239,8 +239,11 @@ class Bench {
 
   // Seconds of one layer over n_seq sequences of n_new new tokens after
   // `cached` keys each.
-  double layer(int64_t n_seq, int64_t cached, int64_t n_new, Setting setting = Setting::kWarm) {
-    const MicroBatchHost host = batch(n_seq, cached, n_new);
+  // `shared`: whole pages at the start every sequence shares (the same
+  // page ids, as a shared prompt prefix's).
+  double layer(int64_t n_seq, int64_t cached, int64_t n_new, Setting setting = Setting::kWarm,
+               int64_t shared = 0) {
+    const MicroBatchHost host = batch(n_seq, cached, n_new, shared);
     const int64_t rows = host.n_tokens() * model_.config().n_embd;
     return time(
         [&] {
@@ -312,10 +315,12 @@ class Bench {
     };
   }
 
-  MicroBatchHost batch(int64_t n_seq, int64_t cached, int64_t n_new) const {
+  MicroBatchHost batch(int64_t n_seq, int64_t cached, int64_t n_new, int64_t shared = 0) const {
     const ModelConfig& c = model_.config();
     const int64_t per_seq = (cached + n_new + kPage - 1) / kPage;
-    STRATA_ASSERT(n_seq * per_seq <= static_cast<int64_t>(pages_.size()));
+    STRATA_ASSERT(shared >= 0 && shared * kPage < cached + n_new);
+    STRATA_ASSERT(shared + n_seq * (per_seq - shared) <= static_cast<int64_t>(pages_.size()));
+    std::vector<int32_t> table(static_cast<size_t>(per_seq));
     MicroBatchHost h;
     h.track_touched = eo_.sparse_budget > 0;  // as the engine's blocks do
     std::vector<int32_t> tokens(static_cast<size_t>(n_new));
@@ -323,9 +328,10 @@ class Bench {
       for (int64_t i = 0; i < n_new; ++i) {
         tokens[static_cast<size_t>(i)] = static_cast<int32_t>((s * 131 + i * 7) % c.n_vocab);
       }
-      const std::span<const int32_t> pages(pages_.data() + s * per_seq,
-                                           static_cast<size_t>(per_seq));
-      h.add_sequence(tokens, cached, pages, kPage, false, c.learned_pos ? c.pos_offset : -1);
+      std::copy_n(pages_.begin(), shared, table.begin());
+      std::copy_n(pages_.begin() + shared + s * (per_seq - shared), per_seq - shared,
+                  table.begin() + shared);
+      h.add_sequence(tokens, cached, table, kPage, false, c.learned_pos ? c.pos_offset : -1);
     }
     return h;
   }
@@ -382,6 +388,9 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
   const int64_t long_ctx = std::min(kLongCtx, n_ctx);
   const int64_t long_prompt = std::min(kLongPrompt, n_ctx) / kPage * kPage;
   const int64_t n_short = long_prompt / kPage;
+  // The slope over shared keys: the sequences share all but their last
+  // kShortCtx keys.
+  const int64_t shared_pages = (long_ctx - kShortCtx) / kPage;
 
   // Every point, in this order: decode and head at each row count, decode at
   // long context, the long prompt, the prompts of one page at each count
@@ -395,6 +404,7 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
       t.push_back(b.head(g, Setting::kCold));
     }
     t.push_back(b.layer(kSlopeRows, long_ctx - 1, 1, Setting::kCold));
+    t.push_back(b.layer(kSlopeRows, long_ctx - 1, 1, Setting::kCold, shared_pages));
     t.push_back(b.layer(1, 0, long_prompt));
     for (int64_t n : kPrefillSeqs) t.push_back(b.layer(n, 0, kPage));
     t.push_back(b.layer(n_short, 0, kPage));
@@ -436,6 +446,11 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
       interpolate(c.decode_rows, c.decode_layer_cold_s, static_cast<double>(kSlopeRows));
   c.decode_key_s = std::max(
       0.0, (at_long - at_short) / static_cast<double>(kSlopeRows * (long_ctx - kShortCtx)));
+  const double at_long_shared = t[i++];
+  c.decode_shared_key_s =
+      shared_pages > 0 ? std::max(0.0, (at_long_shared - at_short) /
+                                           static_cast<double>(kSlopeRows * shared_pages * kPage))
+                       : 0;
 
   // The same tokens as one long prompt and as prompts of one page: the
   // difference is the attention that grows with the square of the length.

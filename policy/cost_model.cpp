@@ -324,7 +324,12 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     }
     gemm_decode = compute->decode_layers(g * R, k);
     decode_stream_extra = compute->decode_stream_extra(g * R);
-    attn_dev_seq = R * std::max(0.0, ctx_attend - compute->decode_ctx) * compute->decode_key_s;
+    // Keys on pages the micro-batch's sequences share are attended as one
+    // product for them (kernels/cpu/shared_pages.h; dense decode only).
+    const double shared_keys = pol.sparse_attention_budget > 0 || g < 2 ? 0 : shared;
+    attn_dev_seq =
+        R * (std::max(0.0, ctx_attend - shared_keys - compute->decode_ctx) * compute->decode_key_s +
+             shared_keys * compute->decode_shared_key_s);
     head_prefill = compute->heads(g, k);
     head_decode = compute->heads(g * R, k);
   } else {

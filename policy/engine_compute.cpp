@@ -83,6 +83,7 @@ void EngineCompute::validate(const std::string& source) const {
   table("head out of the caches", head_rows, head_cold_s);
   for (const auto& [what, v] : {std::pair{"decode_ctx", decode_ctx},
                                 {"decode_key_s", decode_key_s},
+                                {"decode_shared_key_s", decode_shared_key_s},
                                 {"prefill_seq", prefill_seq},
                                 {"prefill_pair_s", prefill_pair_s}}) {
     if (!(v >= 0) || !std::isfinite(v)) fail("{}: {} is {}; it must be 0 or more", source, what, v);
@@ -96,6 +97,7 @@ nlohmann::json to_json(const EngineCompute& c) {
                       {"decode_layer_cold_s", c.decode_layer_cold_s},
                       {"decode_ctx", c.decode_ctx},
                       {"decode_key_s", c.decode_key_s},
+                      {"decode_shared_key_s", c.decode_shared_key_s},
                       {"prefill_tokens", c.prefill_tokens},
                       {"prefill_layer_s", c.prefill_layer_s},
                       {"prefill_seq", c.prefill_seq},
@@ -116,6 +118,7 @@ EngineCompute engine_compute_from_json(const nlohmann::json& j, const std::strin
     j.at("decode_layer_cold_s").get_to(c.decode_layer_cold_s);
     j.at("decode_ctx").get_to(c.decode_ctx);
     j.at("decode_key_s").get_to(c.decode_key_s);
+    j.at("decode_shared_key_s").get_to(c.decode_shared_key_s);
     j.at("prefill_tokens").get_to(c.prefill_tokens);
     j.at("prefill_layer_s").get_to(c.prefill_layer_s);
     j.at("prefill_seq").get_to(c.prefill_seq);

@@ -11,6 +11,10 @@
 // The model of a layer, fitted to the measured points:
 //   decode, g sequences at ctx keys each (one new token):
 //     layer(g, ctx) = D(g) + g * (ctx - decode_ctx) * decode_key_s
+//   of which `shared` keys are on pages the micro-batch's sequences share
+//   (attended as one product for them, kernels/cpu/shared_pages.h):
+//     layer(g, ctx) = D(g) + g * ((ctx - shared - decode_ctx) * decode_key_s
+//                                 + shared * decode_shared_key_s)
 //   prefill, g sequences of s new tokens each:
 //     layer(g, s)   = P(g * s) + g * s * s * prefill_pair_s
 //   head (the embeddings of the new tokens and the logits of one row per
@@ -57,6 +61,9 @@ struct EngineCompute {
   std::vector<double> decode_layer_streamed_s;
   double decode_ctx = 0;
   double decode_key_s = 0;  // per sequence and key beyond decode_ctx
+  // per sequence and key on pages shared with the micro-batch's others
+  // (measured with kSlopeRows sequences sharing all but decode_ctx keys)
+  double decode_shared_key_s = 0;
 
   std::vector<double> prefill_tokens;   // g * s, measured in sequences of prefill_seq tokens
   std::vector<double> prefill_layer_s;  // P: the quadratic part taken out

@@ -17,12 +17,12 @@ namespace {
 
 // A shared unit of one kv head with at least kLaneMinRows query rows (its
 // members' query heads of that kv head) computes with the rows in the lanes:
-// NT vectors of 16 rows. Each key block is widened to f32 once, then a
-// score vector per key is a chain of multiply-adds of the key's elements
-// (broadcast) with the rows' query elements, and the value sums of a
-// dimension one of the key probabilities with the value element: the
-// arithmetic of a matrix product, with no reduction across lanes; the online
-// softmax runs on 16 rows at a time. Writes the rows' partial states.
+// NT vectors of 16 rows. A key block in f16 or bf16 is widened to f32 once
+// (f32 is read in place); a key's scores are a chain of multiply-adds of
+// its elements (broadcast) with the rows' query elements, and a dimension's
+// value sums one of the rows' weights with the values' elements (broadcast):
+// the arithmetic of a matrix product, with no reduction across lanes; the
+// online softmax runs on 16 rows at a time. Writes the rows' partial states.
 template <DType T, int NT>
 STRATA_AVX512 void lane_unit_t(const DecodeCtx& c, const DecodeUnit& u) {
   const KvPages& kv = *c.kv;

@@ -25,6 +25,7 @@ EngineCompute table() {
   c.decode_layer_cold_s = {1.2e-3, 2e-3, 2.5e-3, 4e-3};
   c.decode_ctx = 16;
   c.decode_key_s = 1e-7;
+  c.decode_shared_key_s = 3e-8;
   c.prefill_tokens = {16, 64, 256};
   c.prefill_layer_s = {2e-3, 5e-3, 17e-3};
   c.prefill_seq = 16;
@@ -81,6 +82,7 @@ TEST(EngineCompute, JsonRoundTripsAndBadTablesAreRefused) {
   EXPECT_EQ(back.decode_layer_cold_s, c.decode_layer_cold_s);
   EXPECT_EQ(back.head_cold_s, c.head_cold_s);
   EXPECT_EQ(back.decode_key_s, c.decode_key_s);
+  EXPECT_EQ(back.decode_shared_key_s, c.decode_shared_key_s);
   EXPECT_EQ(back.prefill_pair_s, c.prefill_pair_s);
 
   nlohmann::json j = to_json(c);
@@ -102,6 +104,11 @@ TEST(EngineCompute, JsonRoundTripsAndBadTablesAreRefused) {
   EXPECT_THROW(engine_compute_from_json(j, "t.json"), Error);
   j = to_json(c);
   j["decode_key_s"] = -1e-9;
+  EXPECT_THROW(engine_compute_from_json(j, "t.json"), Error);
+  j = to_json(c);
+  j["decode_shared_key_s"] = -1e-9;
+  EXPECT_THROW(engine_compute_from_json(j, "t.json"), Error);
+  j.erase("decode_shared_key_s");
   EXPECT_THROW(engine_compute_from_json(j, "t.json"), Error);
 
   // The measurements beside a weight load are optional; when there, whole.
@@ -154,6 +161,30 @@ TEST(EngineCompute, CostModelOnTheCpuDeviceUsesTheMeasuredTimes) {
   const CostModel rates = build_cost_model(shape, hw, work, pol);
   EXPECT_FALSE(rates.compute_measured);
   EXPECT_GT(term(rates.decode_layer, "gemm", x), 0);
+}
+
+// Shared prompt prefixes: decode attends a sequence's shared keys at the
+// measured shared rate, its own beyond decode_ctx at the other; with a
+// micro-batch of one sequence, or sparse attention, nothing is shared.
+TEST(EngineCompute, SharedKeysAreAttendedAtTheirOwnRate) {
+  const EngineCompute c = table();
+  const ModelShape shape = test::tiny_shape();
+  const HardwareProfile hw = test::tiny_cpu();
+  Workload work{40, 8};
+  work.shared_tokens = 16;
+  Policy pol;
+  pol.gpu_batch_size = 2;
+  pol.num_gpu_batches = 3;
+  pol.placement = Placement{};
+  const Placement x = normalize_policy(pol, hw).placement;
+  const double B = 6, ctx = 40 + 8 / 2.0;
+  const CostModel m = build_cost_model(shape, hw, work, pol, &c);
+  EXPECT_REL(term(m.decode_layer, "attention", x), B * ((ctx - 16 - 16) * 1e-7 + 16 * 3e-8));
+  pol.gpu_batch_size = 1;
+  pol.num_gpu_batches = 6;
+  const CostModel alone = build_cost_model(shape, hw, work, pol, &c);
+  EXPECT_REL(term(alone.decode_layer, "attention", normalize_policy(pol, hw).placement),
+             B * (ctx - 16) * 1e-7);
 }
 
 // Decode beside a weight load: the compute it slows is added for a layer's
