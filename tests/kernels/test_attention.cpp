@@ -219,6 +219,42 @@ TEST_P(AttentionTest, SharedPagesMatchReference) {
   }
 }
 
+TEST(Attention, NonFiniteStaysWhereTheReferencePutsItOnSharedPages) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    // Six sequences of 2 kv heads x 4 query heads share 5 pages (rows in
+    // lanes); a NaN in one value of a shared key, and in one query of
+    // sequence 4.
+    Pool pool(t, 16, 2, 16, 60);
+    const PagedBatch b = make_shared_batch(
+        pool, 5, {{90, true}, {81, true}, {100, true}, {85, true}, {96, true}, {81, true}}, 11);
+    ASSERT_FALSE(shared_page_groups(b.view<AttentionBatch>(), 16).empty());
+    const size_t e = 3 * 2 * 16 + 16 + 5;  // key 3, kv head 1, dim 5
+    if (t == DType::kF32) {
+      static_cast<float*>(pool.v[static_cast<size_t>(b.page_ids[0])])[e] = NAN;
+    } else {
+      static_cast<uint16_t*>(pool.v[static_cast<size_t>(b.page_ids[0])])[e] =
+          t == DType::kF16 ? 0x7e00 : 0x7fc0;  // a quiet NaN
+    }
+    const int64_t row = 8 * 16;
+    std::vector<float> q = test::random_floats(static_cast<size_t>(6 * row), -1, 1, 4);
+    q[4 * row + 2 * 16 + 9] = NAN;  // sequence 4, head 2 (kv head 0)
+    std::vector<float> out(q.size()), ref(q.size());
+    ASSERT_EQ(paged_attention(out.data(), row, q.data(), row, 8, pool.view(),
+                              b.view<AttentionBatch>(), 0.25f),
+              Status::kOk);
+    ASSERT_EQ(paged_attention_ref(ref.data(), row, q.data(), row, 8, pool.view(),
+                                  b.view<AttentionBatch>(), 0.25f),
+              Status::kOk);
+    int n_nan = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(std::isnan(out[i]), std::isnan(ref[i])) << i;
+      n_nan += std::isnan(ref[i]);
+    }
+    EXPECT_EQ(n_nan, 6 * 4 + 16);  // dim 5 of kv head 1's heads everywhere; head 2 of seq 4
+  }
+}
+
 TEST(SharedPageGroups, GroupsDecodeSequencesByTheirCommonFirstPages) {
   // Sequences 0, 2 and 4 begin with pages 0, 1 (4 diverges after them, 0
   // and 2 share page 2 too); 1 owns its pages; 3 begins with page 0 but is a
