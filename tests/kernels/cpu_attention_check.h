@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/vec_math.h"
 #include "support/all_close.h"
 #include "support/attention_bound.h"
 #include "support/guarded.h"
@@ -104,6 +105,42 @@ void check_attention_case(DType t, const test::AttnCase& c, uint32_t seed, MakeB
         return bound(pool, b, c.group, q, q_stride, scale, ref);
       },
       what);
+}
+
+// The relative part of the f32 kernel's bound (tests/kernels/test_attention.cpp's
+// file comment): B + 2 exponentials per key (its key blocks and the merge of
+// key chunks) and sums of n_keys + 4B + 6 terms.
+inline double f32_attention_rel(int64_t n_keys, double e_max, double range) {
+  const int64_t blocks = (n_keys + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
+  return 2 * e_max + 2 * static_cast<double>(blocks + 2) * (kExpRelErr + range * test::kU32) +
+         static_cast<double>(n_keys + 4 * blocks + 6) * test::kU32;
+}
+
+// Decode sequences (kv_len, shares) on pages of `pool` (any of the tests'
+// pools), written by `make_batch(pool, seqs, seed)`; those that share begin
+// with the same n_shared pages (their keys written once, as one sequence's),
+// the others have pages of their own.
+template <class Pool, class MakeBatch>
+test::PagedBatch make_shared_batch(Pool& pool, int32_t n_shared,
+                                   const std::vector<std::pair<int32_t, bool>>& seqs, uint32_t seed,
+                                   MakeBatch make_batch) {
+  std::vector<std::pair<int32_t, int32_t>> layout = {
+      {n_shared * static_cast<int32_t>(pool.page_size), 0}};
+  for (auto [len, shares] : seqs) layout.push_back({len, 1});
+  // The first "sequence" holds the shared pages (no query, not in the batch).
+  const test::PagedBatch all = make_batch(pool, layout, seed);
+  test::PagedBatch b;
+  for (size_t s = 1; s < layout.size(); ++s) {
+    const auto [len, shares] = seqs[s - 1];
+    std::vector<int32_t> ids(all.page_ids.begin() + all.page_indptr[s],
+                             all.page_ids.begin() + all.page_indptr[s + 1]);
+    if (shares) std::copy_n(all.page_ids.begin(), n_shared, ids.begin());
+    b.page_ids.insert(b.page_ids.end(), ids.begin(), ids.end());
+    b.page_indptr.push_back(static_cast<int32_t>(b.page_ids.size()));
+    b.kv_len.push_back(len);
+    b.q_indptr.push_back(b.q_indptr.back() + 1);
+  }
+  return b;
 }
 
 // Parameters: the KV dtype, and whether the AVX-512 kernels may run (false:

@@ -77,11 +77,7 @@ std::vector<double> attention_bound(const Pool& pool, const PagedBatch& b, int64
   const test::AttentionHeads a = pool.heads(group);
   return test::attention_bound(
       b, a, q, q_stride, scale, ref, test::stored_rows(pool.dtype, pool.k, a),
-      test::stored_rows(pool.dtype, pool.v, a), [](int64_t n_keys, double e_max, double range) {
-        const int64_t blocks = (n_keys + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
-        return 2 * e_max + 2 * static_cast<double>(blocks + 2) * (kExpRelErr + range * kU32) +
-               static_cast<double>(n_keys + 4 * blocks + 6) * kU32;
-      });
+      test::stored_rows(pool.dtype, pool.v, a), test_support::f32_attention_rel);
 }
 
 void run_attention(DType t, const AttnCase& c, uint32_t seed) {
@@ -121,31 +117,6 @@ INSTANTIATE_TEST_SUITE_P(KvDtype, AttentionTest,
                            return std::string(dtype_name(std::get<0>(info.param))) +
                                   (std::get<1>(info.param) ? "_native" : "_portable");
                          });
-
-// Decode sequences (kv_len, shares) on pages drawn at random from the pool;
-// those that share begin with the same n_shared pages (their keys written
-// once), the others have pages of their own; every other key is written
-// with kv_append from random rows.
-PagedBatch make_shared_batch(Pool& pool, int32_t n_shared,
-                             const std::vector<std::pair<int32_t, bool>>& seqs, uint32_t seed) {
-  std::vector<std::pair<int32_t, int32_t>> layout = {
-      {n_shared * static_cast<int32_t>(pool.page_size), 0}};
-  for (auto [len, shares] : seqs) layout.push_back({len, 1});
-  // The first "sequence" holds the shared pages (no query, not in the batch).
-  PagedBatch all = make_batch(pool, layout, seed);
-  PagedBatch b;
-  for (size_t s = 1; s < layout.size(); ++s) {
-    const auto [len, shares] = seqs[s - 1];
-    std::vector<int32_t> ids(all.page_ids.begin() + all.page_indptr[s],
-                             all.page_ids.begin() + all.page_indptr[s + 1]);
-    if (shares) std::copy_n(all.page_ids.begin(), n_shared, ids.begin());
-    b.page_ids.insert(b.page_ids.end(), ids.begin(), ids.end());
-    b.page_indptr.push_back(static_cast<int32_t>(b.page_ids.size()));
-    b.kv_len.push_back(len);
-    b.q_indptr.push_back(b.q_indptr.back() + 1);
-  }
-  return b;
-}
 
 TEST_P(AttentionTest, SharedPagesMatchReference) {
   // Decode sequences whose tables begin with the same pages read them once
@@ -208,7 +179,8 @@ TEST_P(AttentionTest, SharedPagesMatchReference) {
     int64_t pages = c.n_shared;
     for (auto [len, shares] : c.seqs) pages += (len + c.page_size - 1) / c.page_size;
     Pool pool(t, c.page_size, c.n_kv_head, c.head_dim, pages + 3);
-    const PagedBatch b = make_shared_batch(pool, c.n_shared, c.seqs, seed += 31);
+    const PagedBatch b =
+        test_support::make_shared_batch(pool, c.n_shared, c.seqs, seed += 31, make_batch);
     ASSERT_FALSE(shared_page_groups(b.view<AttentionBatch>(), c.page_size).empty());
     test_support::check_paged_attention(
         pool, b, c.group, seed,
@@ -226,8 +198,9 @@ TEST(Attention, NonFiniteStaysWhereTheReferencePutsItOnSharedPages) {
     // lanes); a NaN in one value of a shared key, and in one query of
     // sequence 4.
     Pool pool(t, 16, 2, 16, 60);
-    const PagedBatch b = make_shared_batch(
-        pool, 5, {{90, true}, {81, true}, {100, true}, {85, true}, {96, true}, {81, true}}, 11);
+    const PagedBatch b = test_support::make_shared_batch(
+        pool, 5, {{90, true}, {81, true}, {100, true}, {85, true}, {96, true}, {81, true}}, 11,
+        make_batch);
     ASSERT_FALSE(shared_page_groups(b.view<AttentionBatch>(), 16).empty());
     const size_t e = 3 * 2 * 16 + 16 + 5;  // key 3, kv head 1, dim 5
     if (t == DType::kF32) {

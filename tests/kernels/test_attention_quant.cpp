@@ -32,6 +32,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/shared_pages.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/cpu_attention_check.h"
 #include "kv/kv_cache.h"
@@ -152,6 +153,27 @@ TEST_P(QuantAttention, MatchesReference) {
   };
   uint32_t seed = 500;
   for (const auto& c : cases) run_attention(t, c, seed += 31);
+}
+
+// Sequences sharing pages: decode (the AVX-512 kernel reads a shared page
+// per sequence; the portable path dequantizes it once for all) and the
+// prefill of the suffixes after a shared prefix (a shared page dequantized
+// once).
+TEST_P(QuantAttention, SharedPagesMatchReference) {
+  const DType t = std::get<0>(GetParam());
+  const int64_t g = dtype_info(t).block_elems;
+  const int64_t hd = g == 128 ? 128 : 64;
+  std::vector<std::pair<int32_t, bool>> seqs;
+  for (int32_t i = 0; i < 10; ++i) seqs.push_back({330 + 7 * i, i != 3});
+  Pool pool(t, 16, 3, hd, 20 + 10 * 25);
+  PagedBatch b = test_support::make_shared_batch(pool, 20, seqs, 77, make_batch);
+  ASSERT_FALSE(shared_page_groups(b.view<AttentionBatch>(), 16).empty());
+  auto bound = [&](const float* q, int64_t q_stride, float scale, const std::vector<double>& ref) {
+    return attention_bound(pool, b, 3, q, q_stride, scale, ref);
+  };
+  test_support::check_paged_attention(pool, b, 3, 78, bound, "decode over shared pages");
+  for (size_t s = 0; s < seqs.size(); ++s) b.q_indptr[s + 1] = b.q_indptr[s] + 9;  // suffixes
+  test_support::check_paged_attention(pool, b, 3, 79, bound, "prefill after a shared prefix");
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantAttention,
