@@ -373,9 +373,11 @@ bool paged_attention_decode(float* out, int64_t out_stride, const float* q, int6
   // Groups of sequences sharing their first pages: the shared keys are cut
   // into chunks of their own (their end is a page end, so key blocks fall as
   // in the uncut sequence) and taken by shared units, each for as many
-  // members as fit kDecodeRows rows over whole kv heads (the fewer kv heads
-  // a range takes, the more members: the pages are read once per unit);
-  // each member's own keys follow in units of its own.
+  // members as fit its rows over whole kv heads: kLaneRows of one kv head
+  // in lane_unit where the head dim allows and a subgroup has kLaneMinRows,
+  // else kDecodeRows (the fewer kv heads a range takes, the more members;
+  // the pages are read once per unit); each member's own keys follow in
+  // units of its own.
   const int64_t n_seq_ranges = static_cast<int64_t>(ranges.size());
   std::vector<SharedPages> shared;
   if (group * 2 <= kDecodeRows) shared = shared_page_groups(b, kv.page_size);
