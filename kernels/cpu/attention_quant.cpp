@@ -422,7 +422,8 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
   // sequences share are read per sequence: dequantizing them once into f32
   // pages for the f32 decode's product over shared pages, below, measured
   // slower, 155 against 136 ms a step for 16 sequences sharing 3072 of 3104
-  // keys with the demo model's shape: the keys' dequantization is scalar.)
+  // keys with the demo model's shape, and still slower with the keys'
+  // dequantization vectorized.)
   if (max_new == 1 && group <= 8 && cpu_features().avx512 && kv.page_size % kKeyBlock == 0) {
     const int64_t n_items = batch.n_seq * kv.n_kv_head;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(work, int64_t{1} << 16))
