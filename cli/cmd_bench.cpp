@@ -102,13 +102,17 @@ int run(const Options& o) {
   shape.gen = o.gen_len;
   shape.max_block = o.max_block;
   // Every prompt of a block begins with the same shared_prefix tokens: a
-  // block of any size from two shares what two such prompts do.
+  // block of any size from two shares what two such prompts do, and all
+  // but one of its sequences take the shared pages' KV from that one.
   const std::vector<Job> pair = synthetic_jobs(*tokenizer, model->config().n_vocab, 2, o.prompt_len,
                                                static_cast<int32_t>(o.gen_len), o.shared_prefix);
   const auto pair_sharing = planned_sharing(
       pair, [](size_t) { return false; }, eo.prefix_sharing ? eo.page_size : 0);
   shape.sharing = [&](int64_t block_size) {
-    return block_size >= 2 ? pair_sharing(2) : SharingRates{};
+    if (block_size < 2) return SharingRates{};
+    SharingRates r = pair_sharing(2);
+    if (r.kv.pages > 0) r.kv.seqs = block_size - 1;
+    return r;
   };
   o.speculation.apply_to_plan(shape, offload.policy, /*pilot_ok=*/false);
   const RunPlan plan = offload.apply(eo, *model, shape);

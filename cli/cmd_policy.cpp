@@ -95,12 +95,13 @@ void print_text(const ModelShape& shape, const HardwareProfile& hw, const Worklo
       p.compress_weight.enabled() ? p.compress_weight.to_string() : shape.weight_dtype);
   fmt::print("hardware     {}: {} device{}\n", hw.name, unified ? "CPU" : "GPU",
              hw.description.empty() ? "" : "; " + hw.description);
-  fmt::print("workload     prompt {} + gen {} tokens per sequence{}\n", work.prompt_len,
-             work.gen_len,
-             work.shared_tokens > 0
-                 ? fmt::format(", the first {} shared by the block (computed once per block)",
-                               work.shared_tokens)
-                 : std::string());
+  fmt::print(
+      "workload     prompt {} + gen {} tokens per sequence{}\n", work.prompt_len, work.gen_len,
+      work.shared_tokens > 0
+          ? fmt::format(", the first {} shared by the block (computed once per block, their KV "
+                        "stored once)",
+                        work.shared_tokens)
+          : std::string());
   fmt::print("policy       {}: gpu batch {} x {} batches = block of {} sequences; attention {}\n",
              searched ? fmt::format("searched ({} LPs)", n_lp) : std::string("given"),
              p.gpu_batch_size, p.num_gpu_batches, p.block_size(), attention_word(p, hw));
@@ -171,7 +172,8 @@ std::string yaml_header(const ModelShape& shape, const HardwareProfile& hw, cons
 // The workload of a block of `block_size` sequences whose prompts all begin
 // with the same `shared` tokens (a system prompt), shared as the engine
 // shares them (kv/shared_prefix.h: whole pages, a prompt's last token
-// computed by its prefill): computed once per block by a prefix step.
+// computed by its prefill): computed once per block by a prefix step, and
+// its KV stored once (all but one sequence take it from that one).
 void share_prefix(Workload& work, int64_t shared, int64_t block_size) {
   if (shared <= 0 || block_size < 2) return;
   std::vector<int32_t> a(static_cast<size_t>(work.prompt_len), 1), b = a;
@@ -183,6 +185,8 @@ void share_prefix(Workload& work, int64_t shared, int64_t block_size) {
   work.shared_tokens = static_cast<double>(groups.front().tokens);
   work.prefix_step_tokens = work.shared_tokens;
   work.prefix_steps = 1;
+  work.kv_shared_seqs = block_size - 1;
+  work.kv_shared_tokens = groups.front().tokens;
 }
 
 int run_policy(const PolicyArgs& a) {
@@ -278,7 +282,9 @@ int run_policy(const PolicyArgs& a) {
     j["hardware"] = hw.name;
     j["workload"] = {{"prompt_len", work.prompt_len},
                      {"gen_len", work.gen_len},
-                     {"shared_tokens", work.shared_tokens}};
+                     {"shared_tokens", work.shared_tokens},
+                     {"kv_shared_seqs", work.kv_shared_seqs},
+                     {"kv_shared_tokens", work.kv_shared_tokens}};
     j["mode"] = searched ? "search" : "evaluate";
     if (searched) j["lp_solved"] = n_lp;
     j["policy"] = policy_to_json(policy);

@@ -38,6 +38,21 @@ BlockShape BlockShape::full(int64_t gpu_batch, int64_t n_micro_batches, int64_t 
   return s;
 }
 
+BlockShape BlockShape::full(int64_t gpu_batch, int64_t n_micro_batches, int64_t prompt,
+                            int64_t new_tokens, int64_t decode_tokens, const PlanSharing& sharing) {
+  BlockShape s = full(gpu_batch, n_micro_batches, prompt, new_tokens, decode_tokens);
+  if (sharing.seqs <= 0 || sharing.pages <= 0) return s;
+  s.shared.assign(static_cast<size_t>(n_micro_batches),
+                  std::vector<int64_t>(static_cast<size_t>(gpu_batch), 0));
+  int64_t left = sharing.seqs;
+  for (auto mb = s.shared.rbegin(); mb != s.shared.rend() && left > 0; ++mb) {
+    for (auto seq = mb->rbegin(); seq != mb->rend() && left > 0; ++seq, --left) {
+      *seq = sharing.pages;
+    }
+  }
+  return s;
+}
+
 uint64_t draft_block_bytes(const DraftMemory& d, const BlockShape& shape) {
   if (d.page_bytes == 0) return 0;
   uint64_t pages = 0;
@@ -57,7 +72,7 @@ BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placem
                          const BlockShape& shape, const DraftMemory& draft) {
   const uint64_t record = KvFile::record_bytes_for(g);
   BlockMemory m;
-  m.kv = kv_block_needs(g, placement, shape.stored, shape.decode_tokens);
+  m.kv = kv_block_needs(g, placement, shape.stored, shape.decode_tokens, shape.shared);
   m.kv_pages = static_cast<uint64_t>(m.kv.backed_pages) * g.bytes_per_page();
   m.kv_staging = 2 * static_cast<uint64_t>(m.kv.stage_records) * record;
   m.kv_disk = static_cast<uint64_t>(c.n_layer) * static_cast<uint64_t>(m.kv.disk_pages) * record;

@@ -52,13 +52,20 @@ struct BlockShape {
   std::vector<std::vector<int64_t>>
       stored;  // [micro-batch][seq] tokens each stores: prompt + new - 1
   std::vector<std::vector<int64_t>> prompt;  // [micro-batch][seq] prompt tokens
-  bool all_rows = false;                     // logits of every prompt position (scoring)
+  // [micro-batch][seq] first pages the sequence takes from another of the
+  // block (a shared prompt prefix: kv_block_needs); empty: none.
+  std::vector<std::vector<int64_t>> shared;
+  bool all_rows = false;      // logits of every prompt position (scoring)
   int64_t decode_tokens = 1;  // tokens a decode step feeds a sequence at most (1 + drafts)
 
   // A full block: `gpu_batch` x `n_micro_batches` sequences of `prompt`
   // tokens generating `new_tokens` each, fed `decode_tokens` per decode step.
   static BlockShape full(int64_t gpu_batch, int64_t n_micro_batches, int64_t prompt,
                          int64_t new_tokens, int64_t decode_tokens = 1);
+  // The same, the last `seqs` of its sequences each taking its first `pages`
+  // from another (PlanSharing).
+  static BlockShape full(int64_t gpu_batch, int64_t n_micro_batches, int64_t prompt,
+                         int64_t new_tokens, int64_t decode_tokens, const PlanSharing& sharing);
 };
 
 struct BlockMemory {

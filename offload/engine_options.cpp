@@ -72,6 +72,18 @@ EngineOptions validated_options(const EngineOptions& o) {
         "share its scales, which rejected draft tokens would change; use --compress-kv none or f16",
         dtype_name(o.kv_dtype));
   }
+  const PlanSharing& ps = o.plan_sharing;
+  if (ps.seqs != 0 || ps.pages != 0) {
+    const int64_t block = o.gpu_batch_size * o.num_gpu_batches;
+    if (!o.prefix_sharing || ps.seqs < 0 || ps.seqs >= block || ps.pages < 0 ||
+        ps.pages * o.page_size >= std::max<int64_t>(1, o.plan_prompt_tokens)) {
+      fail(
+          "planned prefix sharing of {} pages by {} sequences does not fit a block of {} "
+          "sequences of {} prompt tokens{}",
+          ps.pages, ps.seqs, block, o.plan_prompt_tokens,
+          o.prefix_sharing ? "" : " (prefix sharing is off)");
+    }
+  }
   check_dtypes(device_caps(o.device), o.compute_dtype, o.kv_dtype);
   check_sparse(device_caps(o.device), o.sparse_budget, o.page_size);
   EngineOptions v = o;

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/units.h"
 #include "kv/kv_cache.h"
+#include "kv/shared_prefix.h"
 #include "model/forward.h"
 #include "model/layer_weights.h"
 #include "model/model.h"
@@ -149,7 +150,7 @@ OffloadEngine::OffloadEngine(const Model& model, const EngineOptions& options, C
   if (opt_.plan_prompt_tokens > 0 && opt_.plan_new_tokens > 0) {
     const BlockShape full =
         BlockShape::full(opt_.gpu_batch_size, opt_.num_gpu_batches, opt_.plan_prompt_tokens,
-                         opt_.plan_new_tokens, 1 + opt_.max_draft_tokens);
+                         opt_.plan_new_tokens, 1 + opt_.max_draft_tokens, opt_.plan_sharing);
     check_block(block_memory(c, geo, placement_, full, opt_.draft_memory), block_size(),
                 opt_.plan_prompt_tokens + opt_.plan_new_tokens - 1);
   }
@@ -353,6 +354,19 @@ BlockShape OffloadEngine::check_sequences(std::span<const SeqInput> seqs, bool a
     const size_t k = i / static_cast<size_t>(opt_.gpu_batch_size);
     shape.stored[k].push_back(stored);
     shape.prompt[k].push_back(p);
+  }
+  // The pages each prompt takes from another's (as BlockState shares them).
+  if (opt_.prefix_sharing && !all_rows) {
+    std::vector<std::span<const int32_t>> prompts;
+    for (const SeqInput& s : seqs) prompts.emplace_back(s.prompt);
+    const std::vector<int64_t> refs = referenced_pages(find_prefix_groups(prompts, opt_.page_size),
+                                                       prompts.size(), opt_.page_size);
+    if (std::any_of(refs.begin(), refs.end(), [](int64_t r) { return r > 0; })) {
+      shape.shared.resize(shape.stored.size());
+      for (size_t i = 0; i < refs.size(); ++i) {
+        shape.shared[i / static_cast<size_t>(opt_.gpu_batch_size)].push_back(refs[i]);
+      }
+    }
   }
   return shape;
 }

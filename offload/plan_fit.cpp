@@ -70,7 +70,7 @@ PlanFit plan_fit(const Model& model, const EngineOptions& options, const DeviceC
       const BlockMemory m =
           block_memory(model.config(), kv_geometry_of(model.config(), o), l.placement,
                        BlockShape::full(o.gpu_batch_size, o.num_gpu_batches, o.plan_prompt_tokens,
-                                        o.plan_new_tokens, 1 + o.max_draft_tokens),
+                                        o.plan_new_tokens, 1 + o.max_draft_tokens, o.plan_sharing),
                        o.draft_memory);
       const BlockTiers t = block_tiers(m, l.mode);
       fit.need.device += t.device;

@@ -32,13 +32,16 @@ namespace {
 namespace fs = std::filesystem;
 
 // The workload's shared prompt prefixes (Workload::shared_tokens and the
-// prefix step); a mean below the prompt's rounded length: the prefill
-// computes a token at least.
-void set_sharing(Workload& work, const SharingRates& sharing) {
+// prefix step; a mean below the prompt's rounded length: the prefill
+// computes a token at least) and the KV each block stores once, for KV
+// pages of `page_size` tokens.
+void set_sharing(Workload& work, const SharingRates& sharing, int64_t page_size) {
   work.shared_tokens =
       std::clamp(sharing.shared_tokens, 0.0, static_cast<double>(work.prompt_len) - 1);
   work.prefix_step_tokens = sharing.prefix_step_tokens;
   work.prefix_steps = sharing.prefix_steps;
+  work.kv_shared_seqs = sharing.kv.seqs;
+  work.kv_shared_tokens = sharing.kv.pages * page_size;
 }
 
 Compression compression_of(const std::optional<DType>& t) {
@@ -73,6 +76,8 @@ void apply_policy(const Policy& p, const RunShape& run, EngineOptions& eo) {
   }
   eo.plan_prompt_tokens = run.max_prompt;
   eo.plan_new_tokens = run.gen;
+  eo.plan_sharing =
+      run.sharing && eo.prefix_sharing ? run.sharing(p.block_size()).kv : PlanSharing{};
 }
 
 // Bytes of the engine's activation element: it holds hidden states and a
@@ -135,7 +140,7 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
   SearchOptions so;
   if (run.sharing) {
     so.adapt_workload = [&](Workload& w, int64_t block_size) {
-      set_sharing(w, run.sharing(block_size));
+      set_sharing(w, run.sharing(block_size), eo.page_size);
     };
   }
   so.gpu_batch_size = r.gpu_batch_size;
@@ -311,7 +316,7 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
     work.spec_rows = spec.rows;
     work.spec_tokens = spec.tokens;
     work.draft_step_s = spec.draft_step_s;
-    set_sharing(work, sharing);
+    set_sharing(work, sharing, EngineOptions{}.page_size);
     work.kv_elem_bytes = kv_elem_bytes;
     work.act_elem_bytes = kEngineActBytes;
     const Prediction pr = strata::predict(shape, *hardware, work, policy, budgets_of(*hardware),

@@ -172,6 +172,13 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
         "[0, 1] and a finite count >= 0",
         work.prefix_steps, work.prefix_step_tokens);
   }
+  if (work.kv_shared_seqs < 0 || work.kv_shared_seqs >= policy.block_size() ||
+      work.kv_shared_tokens < 0 || work.kv_shared_tokens >= work.prompt_len) {
+    fail(
+        "shared prefixes: {} sequences of a block of {} storing their first {} tokens of KV once; "
+        "need fewer sequences than the block and fewer tokens than the {}-token prompt",
+        work.kv_shared_seqs, policy.block_size(), work.kv_shared_tokens, work.prompt_len);
+  }
   if (!(work.kv_elem_bytes > 0 && work.kv_elem_bytes <= 8)) {
     fail("KV element of {} bytes: need more than 0 and at most 8", work.kv_elem_bytes);
   }
@@ -202,6 +209,9 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // a prefix step computes P tokens.
   const double shared = work.shared_tokens, s_new = s - shared;
   const double P = work.prefix_steps > 0 ? work.prefix_step_tokens : 0;
+  // Tokens of KV a block stores once that each of its sequences would store.
+  const double kv_stored_once =
+      static_cast<double>(work.kv_shared_seqs) * static_cast<double>(work.kv_shared_tokens);
   const double h = static_cast<double>(shape.hidden);
   const double q_dim = static_cast<double>(shape.q_dim());
   const double kv_dim = static_cast<double>(shape.kv_dim());
@@ -484,12 +494,13 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   for (Phase phase : {Phase::kPrefill, Phase::kDecode}) {
     const int ph = static_cast<int>(phase);
     const bool pre = phase == Phase::kPrefill;
-    const double kv_ctx = pre ? s : ctx_end;  // KV held per sequence
-    const double act_tokens = pre ? s : 1;    // hidden states held per sequence
+    // KV held by the block: every sequence's, less what it stores once.
+    const double kv_ctx = (pre ? s : ctx_end) * B - kv_stored_once;
+    const double act_tokens = pre ? s : 1;  // hidden states held per sequence
     for (Tier tier : {Tier::kGpu, Tier::kCpu, Tier::kDisk}) {
       TierMemory& tm = m.memory[static_cast<int>(tier)][ph];
       tm.weights = w_total * share(W, tier);
-      tm.kv_cache = (kv_token * kv_ctx * B * L) * share(KV, tier);
+      tm.kv_cache = (kv_token * kv_ctx * L) * share(KV, tier);
       tm.activations = (hid_token * act_tokens * B) * share(ACT, tier);
     }
     // Device: double buffers of what streams in, staging of activations in

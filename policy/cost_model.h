@@ -83,6 +83,11 @@ struct Workload {
   double shared_tokens = 0;
   double prefix_step_tokens = 0;
   double prefix_steps = 0;
+  // KV stored once: in every block, kv_shared_seqs sequences take their
+  // first kv_shared_tokens (whole pages) of KV from another sequence of the
+  // block (offload/block_budget.h), so the block holds that much less.
+  int64_t kv_shared_seqs = 0;
+  int64_t kv_shared_tokens = 0;
   // Bytes of an uncompressed KV element: the engine's KV dtype (f16, or f32
   // when it computes in f32 on a CPU). Policy::compress_kv replaces it.
   double kv_elem_bytes = 2;

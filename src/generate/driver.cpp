@@ -9,9 +9,12 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -262,6 +265,32 @@ std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t 
   return blocks;
 }
 
+namespace {
+
+// The KV sharing every block guarantees, from each distinct block's pages
+// referenced per sequence (descending): the pages p and the sequences m with
+// p or more referenced pages in every block, p chosen for the most m x p.
+PlanSharing kv_stored_once(const std::set<std::vector<int64_t>>& blocks) {
+  std::set<int64_t> candidates;
+  for (const std::vector<int64_t>& b : blocks) {
+    for (const int64_t p : b) {
+      if (p > 0 && p < std::numeric_limits<int64_t>::max()) candidates.insert(p);
+    }
+  }
+  PlanSharing best;
+  for (const int64_t p : candidates) {
+    auto m = std::numeric_limits<int64_t>::max();
+    for (const std::vector<int64_t>& b : blocks) {
+      const auto at_least = std::upper_bound(b.begin(), b.end(), p, std::greater<>()) - b.begin();
+      m = std::min<int64_t>(m, at_least);
+    }
+    if (m * p > best.seqs * best.pages) best = {m, p};
+  }
+  return best;
+}
+
+}  // namespace
+
 std::function<SharingRates(int64_t)> planned_sharing(std::span<const Job> jobs,
                                                      const std::function<bool(size_t)>& skip,
                                                      int64_t shared_page) {
@@ -283,11 +312,17 @@ std::function<SharingRates(int64_t)> planned_sharing(std::span<const Job> jobs,
     double shared = 0, step_tokens = 0;
     int64_t steps = 0, blocks = 0;
     const auto n = static_cast<int64_t>(st->prompts.size());
+    std::set<std::vector<int64_t>> refs;  // each block's referenced pages (descending)
     for (int64_t i = 0; i < n; i += block_size, ++blocks) {
       const auto block =
           std::span(st->prompts)
               .subspan(static_cast<size_t>(i), static_cast<size_t>(std::min(block_size, n - i)));
       const std::vector<PrefixGroup> groups = find_prefix_groups(block, st->page);
+      std::vector<int64_t> r = referenced_pages(groups, block.size(), st->page);
+      // A short block's missing sequences store nothing: as if they took all.
+      r.resize(static_cast<size_t>(block_size), std::numeric_limits<int64_t>::max());
+      std::sort(r.begin(), r.end(), std::greater<>());
+      refs.insert(std::move(r));
       if (groups.empty()) continue;
       ++steps;
       for (const PrefixGroup& g : groups) {
@@ -300,6 +335,7 @@ std::function<SharingRates(int64_t)> planned_sharing(std::span<const Job> jobs,
       r.shared_tokens = shared / static_cast<double>(n);
       r.prefix_step_tokens = step_tokens / static_cast<double>(steps);
       r.prefix_steps = static_cast<double>(steps) / static_cast<double>(blocks);
+      r.kv = kv_stored_once(refs);
     }
     st->by_size.emplace(block_size, r);
     return r;

@@ -107,6 +107,17 @@ struct DraftMemory {
   int64_t max_rows = 0;    // logits rows of one of its passes at most
 };
 
+// The KV pages each block of a run stores once (shared prompt prefixes), as
+// the plan guarantees them for every block it hands over: at least `seqs`
+// sequences of each block (counting those a short last block lacks) take
+// their first `pages` pages or more from another sequence of the block
+// (kv/shared_prefix.h: referenced_pages). The engine sizes a full block with
+// it (offload/block_budget.h).
+struct PlanSharing {
+  int64_t seqs = 0;
+  int64_t pages = 0;
+};
+
 struct EngineOptions {
   // The compute device: "cpu", or "cuda" / "cuda:N" (offload/device.h).
   std::string device = "cpu";
@@ -159,6 +170,8 @@ struct EngineOptions {
   // per sequence, at most); when set, every tier's budget is checked for a
   // full block of them when the engine is made, before any work.
   int64_t plan_prompt_tokens = 0, plan_new_tokens = 0;
+  // The KV pages every such block stores once (only with prefix_sharing).
+  PlanSharing plan_sharing;
   // Records a span per compute step, load and store when set.
   std::shared_ptr<Trace> trace;
 };

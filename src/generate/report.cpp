@@ -237,9 +237,12 @@ SpeculationRates measured_speculation(const EngineStats& s, int64_t n_sequences,
 SharingRates measured_sharing(const EngineStats& s, int64_t n_sequences) {
   if (s.prefix_steps <= 0 || n_sequences <= 0 || s.blocks <= 0) return {};
   const auto steps = static_cast<double>(s.prefix_steps);
-  return {static_cast<double>(s.reused_prompt_tokens + s.prefix_step_tokens) /
-              static_cast<double>(n_sequences),
-          static_cast<double>(s.prefix_step_tokens) / steps, steps / static_cast<double>(s.blocks)};
+  SharingRates r;
+  r.shared_tokens = static_cast<double>(s.reused_prompt_tokens + s.prefix_step_tokens) /
+                    static_cast<double>(n_sequences);
+  r.prefix_step_tokens = static_cast<double>(s.prefix_step_tokens) / steps;
+  r.prefix_steps = steps / static_cast<double>(s.blocks);
+  return r;
 }
 
 EngineStats stats_since(const EngineStats& now, const EngineStats& before) {

@@ -92,9 +92,11 @@ SpeculationRates measured_speculation(const EngineStats& s, int64_t n_sequences,
 // Shared prompt prefixes as measured, in the cost model's terms
 // (policy/cost_model.h, Workload): per sequence the prompt tokens its
 // prefill did not compute, the tokens of one prefix step, and the prefix
-// steps per block; all 0 without sharing.
+// steps per block; all 0 without sharing. `kv`: the KV pages every block
+// stores once (planned; not measured).
 struct SharingRates {
   double shared_tokens = 0, prefix_step_tokens = 0, prefix_steps = 0;
+  PlanSharing kv;
 };
 SharingRates measured_sharing(const EngineStats& s, int64_t n_sequences);
 

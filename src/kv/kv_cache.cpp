@@ -29,30 +29,39 @@ Tier kv_page_home(const Placement& f, int64_t page_index) {
 }
 
 KvNeeds kv_block_needs(const KvGeometry& g, const Placement& placement,
-                       const std::vector<std::vector<int64_t>>& lengths, int64_t decode_tokens) {
+                       const std::vector<std::vector<int64_t>>& lengths, int64_t decode_tokens,
+                       const std::vector<std::vector<int64_t>>& shared) {
+  STRATA_ASSERT(shared.empty() || shared.size() == lengths.size());
   KvNeeds n;
   // Disk pages of a sequence backed at once: the partial one, or the one
   // completed in the previous step until it retires; with draft tokens also
   // the page they open after the fed token completes one.
   const int64_t disk_backed = decode_tokens > 1 ? 2 : 1;
   std::vector<int64_t> disk;  // disk pages of each sequence
-  for (const std::vector<int64_t>& mb : lengths) {
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    const std::vector<int64_t>& mb = lengths[k];
+    STRATA_ASSERT(shared.empty() || shared[k].size() == mb.size());
     int64_t records = 0;
-    for (int64_t len : mb) {
-      const int64_t n_pages = g.pages_for(len), n_full = len / g.page_size;
+    for (size_t i = 0; i < mb.size(); ++i) {
+      const int64_t len = mb[i], n_pages = g.pages_for(len), n_full = len / g.page_size;
+      const int64_t first_own = shared.empty() ? 0 : shared[k][i];
+      STRATA_ASSERT(first_own >= 0 && first_own <= n_full);
       int64_t ram = 0, disk_full = 0;
       bool any_disk_page = false;
       for (int64_t p = 0; p < n_pages; ++p) {
+        const bool own = p >= first_own;
         if (kv_page_home(placement, p) == Tier::kDisk) {
-          any_disk_page = true;
-          if (p < n_full) ++disk_full;
-        } else {
+          any_disk_page = any_disk_page || own;
+          if (p < n_full) {
+            ++records;
+            if (own) ++disk_full;
+          }
+        } else if (own) {
           ++ram;
         }
       }
       n.backed_pages += ram + (any_disk_page ? disk_backed : 0);
       disk.push_back(disk_full);
-      records += disk_full;
     }
     n.stage_records = std::max(n.stage_records, records);
   }

@@ -81,8 +81,13 @@ struct KvNeeds {
 // For micro-batches of sequences growing to `lengths[k][s]` tokens, fed
 // up to `decode_tokens` tokens per decode step (1 + draft tokens: a step
 // whose first token completes a disk page may open the next with drafts).
+// `shared[k][s]` (empty: none): the first pages of the sequence that are
+// another's (share_prefix), which it neither backs nor stores; its
+// micro-batch still counts their staging records (an upper bound: a
+// micro-batch stages a page its sequences share once).
 KvNeeds kv_block_needs(const KvGeometry& geometry, const Placement& placement,
-                       const std::vector<std::vector<int64_t>>& lengths, int64_t decode_tokens = 1);
+                       const std::vector<std::vector<int64_t>>& lengths, int64_t decode_tokens = 1,
+                       const std::vector<std::vector<int64_t>>& shared = {});
 
 class KvCache {
  public:

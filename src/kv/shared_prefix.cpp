@@ -63,6 +63,19 @@ std::vector<PrefixGroup> find_prefix_groups(std::span<const std::span<const int3
   return out;
 }
 
+std::vector<int64_t> referenced_pages(std::span<const PrefixGroup> groups, size_t n_prompts,
+                                      int64_t page_size) {
+  STRATA_ASSERT(page_size >= 1);
+  std::vector<int64_t> out(n_prompts, 0);
+  for (const PrefixGroup& g : groups) {
+    for (size_t m = 1; m < g.members.size(); ++m) {
+      STRATA_ASSERT(g.members[m] < n_prompts);
+      out[g.members[m]] = g.tokens / page_size;
+    }
+  }
+  return out;
+}
+
 std::vector<size_t> order_for_sharing(std::span<const std::span<const int32_t>> prompts,
                                       int64_t page_size) {
   const size_t n = prompts.size();

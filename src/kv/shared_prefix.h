@@ -29,6 +29,13 @@ struct PrefixGroup {
 std::vector<PrefixGroup> find_prefix_groups(std::span<const std::span<const int32_t>> prompts,
                                             int64_t page_size);
 
+// Pages each of `n_prompts` prompts takes from another prompt of its group
+// rather than storing them: the group's pages for every member but the first
+// (which computes and stores them; offload/block_state.cpp), 0 for the first
+// and for prompts in no group.
+std::vector<int64_t> referenced_pages(std::span<const PrefixGroup> groups, size_t n_prompts,
+                                      int64_t page_size);
+
 // An order of the prompts for forming blocks: longest first (ties in input
 // order), except that the members of a group follow one another (longest
 // first), the group placed where its longest member would be.

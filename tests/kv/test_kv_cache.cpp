@@ -187,6 +187,56 @@ TEST(KvCacheDisk, AnExtentOutlivesItsOwnerWhileItsPagesAreShared) {
   EXPECT_NE(kv.disk_slot(kv.pages(d)[0]) / 2, kv.disk_slot(kv.pages(e)[0]) / 2);
 }
 
+// What a block needs counts a shared prefix's pages once: sequences that
+// take their first pages from another (share_prefix) back and store only
+// their own, and a cache sized by the needs holds the block, its pool at
+// the counted peak with every page in RAM, for KV in RAM, on disk and split.
+TEST(KvCache, NeedsCountSharedPrefixPagesOnce) {
+  CpuBackend be(1);
+  const KvGeometry g = geometry(DType::kF32, 4);
+  const std::vector<std::vector<int64_t>> lengths{{18, 15}, {13}}, shared{{0, 2}, {1}};
+  Placement disk, half;
+  disk.set(DataKind::kKv, 0, 0);
+  half.set(DataKind::kKv, 0, 0.5);
+  for (const Placement& pl : {Placement{}, disk, half}) {
+    const KvNeeds without = kv_block_needs(g, pl, lengths);
+    const KvNeeds n = kv_block_needs(g, pl, lengths, 1, shared);
+    EXPECT_EQ(n.stage_records, without.stage_records) << "staging is counted per sequence";
+    if (pl == Placement{}) {
+      EXPECT_EQ(n.backed_pages, 5 + 2 + 3);
+      EXPECT_EQ(without.backed_pages - n.backed_pages, 3);
+    } else {
+      // Whole extents per sequence: each of the three still takes one here.
+      EXPECT_EQ(n.disk_pages, 3 * n.disk_extent);
+      EXPECT_LE(n.disk_pages, without.disk_pages);
+    }
+    KvCache kv(be, g, static_cast<uint64_t>(n.backed_pages) * g.bytes_per_page(), pl);
+    kv.set_disk_slots(n.disk_pages, n.disk_extent);
+    const int32_t a = kv.add_sequence(), b = kv.add_sequence(), c = kv.add_sequence();
+    kv.extend(a, 10, 0);
+    kv.share_prefix(b, a, 2);
+    kv.share_prefix(c, a, 1);
+    kv.extend(b, 3, 1);
+    kv.extend(c, 2, 1);
+    for (int32_t step = 2; kv.length(a) < 18 || kv.length(b) < 15 || kv.length(c) < 13; ++step) {
+      if (kv.length(a) < 18) kv.extend(a, 1, step);
+      if (kv.length(b) < 15) kv.extend(b, 1, step);
+      if (kv.length(c) < 13) kv.extend(c, 1, step);
+      // The engine drops a completed disk page's storage once stored.
+      for (const int32_t seq : {a, b, c}) {
+        for (const int32_t page : kv.completed(seq)) {
+          if (kv.pool().backed(page)) kv.mark_retiring(page, 0);
+        }
+      }
+      kv.retire(0);
+    }
+    EXPECT_LE(kv.pool().peak_used(), n.backed_pages);
+    if (pl == Placement{}) {
+      EXPECT_EQ(kv.pool().peak_used(), n.backed_pages);
+    }
+  }
+}
+
 TEST(KvCacheDeathTest, TruncateIntoASharedPageIsRefused) {
   CpuBackend be(1);
   const KvGeometry g = geometry(DType::kF32, 4);

@@ -243,9 +243,9 @@ TEST_F(EngineContract, KvBudgetTooSmallForTheBlockIsAnError) {
   o.kv_budget_bytes = 3 * per_page;  // 3 pages: each of 3 sequences of 17..32 tokens needs 2
   auto engine = make_engine(*f_.model, o);
   std::vector<SeqInput> in(3);
-  for (auto& s : in) {
-    s.prompt.assign(20, 7);
-    s.max_new_tokens = 4;
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i].prompt.assign(20, static_cast<int32_t>(7 + i));  // no page shared
+    in[i].max_new_tokens = 4;
   }
   try {
     engine->run_block(in, nullptr);

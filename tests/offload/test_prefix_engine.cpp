@@ -10,15 +10,20 @@
 // of what a run shares is what the run measures.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "generate/driver.h"
 #include "generate/report.h"
 #include "kv/shared_prefix.h"
+#include "offload/block_budget.h"
 #include "offload/fixture_runs.h"
 #include "offload/offload_engine.h"
+#include "offload/plan_fit.h"
 
 namespace strata {
 namespace {
@@ -116,6 +121,143 @@ TEST_P(PrefixEngine, PlannedSharingIsWhatARunMeasures) {
   }
   // Without sharing the plan takes none.
   EXPECT_EQ(planned_sharing(jobs, all, 0)(9).shared_tokens, 0);
+}
+
+// The KV a plan takes every block to store once (SharingRates::kv) lets a
+// RAM budget too small for the full block without it hold the block, and
+// every block of the run then passes the engine's check (which counts each
+// block's own shared pages once) and gives the tokens of the run without
+// sharing; the full block's KV pages are fewer by exactly the pages stored
+// once.
+TEST_P(PrefixEngine, PlannedKvSharingFitsABudgetTheBlockWithoutItDoesNot) {
+  const Fixture f = load(GetParam());
+  TempDir dir("prefix-budget");
+  const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
+  std::vector<Job> jobs(prompts.size());
+  size_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    jobs[i].index = i;
+    jobs[i].tokens = prompts[i];
+    longest = std::max(longest, prompts[i].size());
+  }
+  const auto all = [](size_t) { return false; };
+  const DeviceCaps cpu = device_caps("cpu");
+  for (const auto& [g, k] : {std::pair<int64_t, int64_t>{2, 2}, {3, 3}}) {
+    for (const double kv_ram : {1.0, 0.5}) {
+      const std::string what = f.name + " block " + std::to_string(g) + "x" + std::to_string(k) +
+                               " KV in RAM " + std::to_string(kv_ram);
+      EngineOptions o = fixture_options(f, g, k, dir.path);
+      o.placement.set(DataKind::kKv, 0, kv_ram);
+      const GenRun ref = generate(*make_engine(*f.model, o), prompts);  // sharing off
+      o.prefix_sharing = true;
+      o.plan_prompt_tokens = static_cast<int64_t>(longest);
+      o.plan_new_tokens = kNewTokens;
+      const PlanSharing kv = planned_sharing(jobs, all, o.page_size)(g * k).kv;
+      ASSERT_GT(kv.seqs, 0) << what;
+      ASSERT_GT(kv.pages, 0) << what;
+      const PlanFit without = plan_fit(*f.model, o, cpu, 0);
+      o.plan_sharing = kv;
+      const PlanFit with = plan_fit(*f.model, o, cpu, 0);
+      ASSERT_TRUE(with.refusal.empty()) << with.refusal;
+      const uint64_t page = kv_geometry_of(f.model->config(), o).bytes_per_page();
+      if (kv_ram == 1.0) {
+        EXPECT_EQ(without.kv_need - with.kv_need, static_cast<uint64_t>(kv.seqs * kv.pages) * page)
+            << what;
+      }
+      ASSERT_LT(with.need.ram, without.need.ram) << what;
+      o.gpu_mem = 0;
+      o.cpu_mem = with.need.ram;
+      std::vector<std::vector<int32_t>> in_order;
+      for (const auto& block : plan_blocks(jobs, g * k, all, o.page_size)) {
+        for (const size_t i : block) in_order.push_back(prompts[i]);
+      }
+      std::vector<std::vector<int32_t>> ref_in_order;
+      for (const auto& block : plan_blocks(jobs, g * k, all, o.page_size)) {
+        for (const size_t i : block) ref_in_order.push_back(ref.tokens[i]);
+      }
+      const GenRun got = generate(*make_engine(*f.model, o), in_order);
+      EXPECT_EQ(got.tokens, ref_in_order) << what;
+      o.plan_sharing = {};
+      try {
+        make_engine(*f.model, o);
+        ADD_FAILURE() << what << ": the full block without sharing was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("is below the"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+// The KV a plan takes every block to store once bounds what each block
+// needs: over prompt sets of several groups (a long preamble, short ones,
+// prompts in none) and blocks of several sizes, each block the driver forms
+// needs no more backed pages, disk slots or staging records than the full
+// block of the longest prompt with the planned sharing, for KV in RAM, on
+// disk and split.
+TEST(PlannedKvSharing, TheFullBlockBoundsEveryBlock) {
+  KvGeometry geo;
+  geo.n_layer = 2;
+  geo.n_kv_head = 2;
+  geo.head_dim = 8;
+  geo.dtype = DType::kF32;
+  geo.page_size = 4;
+  std::mt19937 rng(7);
+  auto tokens = [&](size_t n) {
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = static_cast<int32_t>(rng() % 1000);
+    return t;
+  };
+  std::vector<Placement> placements(4);
+  placements[1].set(DataKind::kKv, 0, 0);
+  placements[2].set(DataKind::kKv, 0, 0.5);
+  placements[3].set(DataKind::kKv, 0, 0.3);
+  const int64_t new_tokens = 6;
+  int64_t shared_somewhere = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<std::vector<int32_t>> preambles;
+    for (int p = 0; p < 3; ++p) preambles.push_back(tokens(4 + rng() % 40));
+    std::vector<Job> jobs(10 + rng() % 20);
+    size_t longest = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const size_t which = rng() % 4;  // 3: no preamble
+      jobs[i].index = i;
+      jobs[i].tokens = which < 3 ? preambles[which] : std::vector<int32_t>{};
+      const std::vector<int32_t> own = tokens(1 + rng() % 12);
+      jobs[i].tokens.insert(jobs[i].tokens.end(), own.begin(), own.end());
+      longest = std::max(longest, jobs[i].tokens.size());
+    }
+    const auto all = [](size_t) { return false; };
+    const auto sharing = planned_sharing(jobs, all, geo.page_size);
+    for (const auto& [g, k] : {std::pair<int64_t, int64_t>{2, 1}, {2, 3}, {4, 2}, {5, 1}}) {
+      const PlanSharing kv = sharing(g * k).kv;
+      shared_somewhere += kv.seqs * kv.pages;
+      const BlockShape full =
+          BlockShape::full(g, k, static_cast<int64_t>(longest), new_tokens, 1, kv);
+      for (const auto& block : plan_blocks(jobs, g * k, all, geo.page_size)) {
+        std::vector<std::span<const int32_t>> prompts;
+        for (const size_t i : block) prompts.emplace_back(jobs[i].tokens);
+        const std::vector<int64_t> refs = referenced_pages(
+            find_prefix_groups(prompts, geo.page_size), prompts.size(), geo.page_size);
+        std::vector<std::vector<int64_t>> lengths(static_cast<size_t>(k)), shared(lengths.size());
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          lengths[i / static_cast<size_t>(g)].push_back(static_cast<int64_t>(prompts[i].size()) +
+                                                        new_tokens - 1);
+          shared[i / static_cast<size_t>(g)].push_back(refs[i]);
+        }
+        for (const Placement& pl : placements) {
+          const KvNeeds bound = kv_block_needs(geo, pl, full.stored, 1, full.shared);
+          const KvNeeds need = kv_block_needs(geo, pl, lengths, 1, shared);
+          const std::string what = "trial " + std::to_string(trial) + " block " +
+                                   std::to_string(g) + "x" + std::to_string(k) + " KV on disk " +
+                                   std::to_string(pl.disk(DataKind::kKv));
+          EXPECT_LE(need.backed_pages, bound.backed_pages) << what;
+          EXPECT_LE(need.disk_pages, bound.disk_pages) << what;
+          EXPECT_LE(need.stage_records, bound.stage_records) << what;
+        }
+      }
+    }
+  }
+  EXPECT_GT(shared_somewhere, 0);  // the plans took some KV to be stored once
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixEngine, ::testing::Values("opt", "llama", "qwen2"),

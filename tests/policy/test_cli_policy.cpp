@@ -124,13 +124,26 @@ TEST(CliPolicy, SharedPrefixIsPricedAsComputedOncePerBlock) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["workload"]["shared_tokens"].get<double>(), 496);
+  // Its KV stored once: all but one of the block's 144 sequences take it.
+  EXPECT_EQ(j["workload"]["kv_shared_seqs"].get<int64_t>(), 143);
+  EXPECT_EQ(j["workload"]["kv_shared_tokens"].get<int64_t>(), 496);
   const Policy p = load_policy(std::string(STRATA_POLICIES_DIR) + "/flexgen-opt-30b-t4.yaml");
   const HardwareProfile hw = find_hardware_profile("t4");
   Workload w{512, 32};
   w.shared_tokens = 496;
   w.prefix_step_tokens = 496;
   w.prefix_steps = 1;
-  expect_prediction(j, predict(find_model_preset("opt-30b"), hw, w, p, budgets_of(hw)));
+  w.kv_shared_seqs = 143;
+  w.kv_shared_tokens = 496;
+  const Prediction shared = predict(find_model_preset("opt-30b"), hw, w, p, budgets_of(hw));
+  expect_prediction(j, shared);
+  // The KV cache (all in RAM here) holds 143 x 496 tokens fewer.
+  w.kv_shared_seqs = 0;
+  const Prediction stored = predict(find_model_preset("opt-30b"), hw, w, p, budgets_of(hw));
+  const ModelShape opt = find_model_preset("opt-30b");
+  EXPECT_NEAR(stored.memory[1].kv_cache - shared.memory[1].kv_cache,
+              143.0 * 496 * 2 * static_cast<double>(opt.kv_dim()) * 2 * opt.n_layer,
+              1e-9 * stored.memory[1].kv_cache);
   const CliRun none = run_strata(given);
   ASSERT_EQ(none.exit_code, 0) << none.err;
   EXPECT_GT(j["predicted"]["prefill_tokens_per_s"].get<double>(),
