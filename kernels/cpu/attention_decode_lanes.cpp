@@ -34,8 +34,10 @@ STRATA_AVX512 void lane_unit_t(const DecodeCtx& c, const DecodeUnit& u) {
   alignas(64) float kf[16][kMaxHeadDim];       // the block's keys and values in f32
   alignas(64) float vf[16][kMaxHeadDim];
   alignas(64) float p[16][NT][16];  // [key][tile][lane]: scores, then weights
-  std::memset(qt, 0, sizeof(qt));
-  std::memset(acc, 0, sizeof(acc));
+  // Only the head's hd dimensions are used (the rows of [d] are contiguous).
+  const auto used = static_cast<size_t>(hd) * sizeof(qt[0]);
+  std::memset(qt, 0, used);
+  std::memset(acc, 0, used);
   for (int64_t r = 0; r < n_rows; ++r) {
     int64_t seq = 0, head = 0;
     unit_row(c, u, hr, r, &seq, &head);
@@ -51,12 +53,15 @@ STRATA_AVX512 void lane_unit_t(const DecodeCtx& c, const DecodeUnit& u) {
   const char* krow[16];
   const char* vrow[16];
   const int64_t n_vec = (hd + 15) / 16;
+  // The next block's rows, prefetched a quarter at a time as the scores go,
+  // and then that block's own.
+  const char* nk[16];
+  const char* nv[16];
+  if (u.j0 < u.j1) block_rows(kv, ids, u.j0, std::min<int64_t>(16, u.j1 - u.j0), hr.g0, nk, nv);
   for (int64_t j0 = u.j0; j0 < u.j1; j0 += 16) {
     const int64_t jn = std::min<int64_t>(16, u.j1 - j0);
-    block_rows(kv, ids, j0, jn, hr.g0, krow, vrow);
-    // The next block's rows, prefetched a quarter at a time as the scores go.
-    const char* nk[16];
-    const char* nv[16];
+    std::copy(nk, nk + 16, krow);
+    std::copy(nv, nv + 16, vrow);
     const int64_t nn = std::min<int64_t>(16, std::max<int64_t>(0, u.j1 - j0 - 16));
     if (nn > 0) block_rows(kv, ids, j0 + 16, nn, hr.g0, nk, nv);
     const float* kp[16];
