@@ -27,6 +27,37 @@ BlockState::BlockState(KvCache& kv, int64_t gpu_batch_size, int64_t n_micro_batc
 
 BlockState::~BlockState() {
   clear();
+  forget_kept_prefix();
+}
+
+void BlockState::set_prefix_sharing(bool on) {
+  share_ = on;
+  keep_ = on && !kv_.any_disk();
+  if (!keep_) forget_kept_prefix();
+}
+
+void BlockState::forget_kept_prefix() {
+  if (kept_ >= 0) kv_.remove_sequence(kept_);
+  kept_ = -1;
+  kept_tokens_.clear();
+}
+
+void BlockState::find_groups(std::span<const SeqInput> seqs, bool all_rows) {
+  groups_.clear();
+  computed_.clear();
+  if (!share_ || all_rows) return;
+  std::vector<std::span<const int32_t>> prompts;
+  for (const SeqInput& s : seqs) prompts.emplace_back(s.prompt);
+  groups_ = find_prefix_groups(prompts, page_size_);
+  for (const PrefixGroup& g : groups_) {
+    computed_.push_back(kept_ >= 0 && has_prefix(g, prompts, kept_tokens_) ? 0 : 1);
+  }
+}
+
+void BlockState::drop_kept_prefix_unless_used(std::span<const SeqInput> seqs, bool all_rows) {
+  if (kept_ < 0) return;
+  find_groups(seqs, all_rows);
+  if (std::find(computed_.begin(), computed_.end(), 0) == computed_.end()) forget_kept_prefix();
 }
 
 void BlockState::clear() {
@@ -45,19 +76,29 @@ void BlockState::start(std::span<const SeqInput> seqs, bool all_rows) {
   step_ = -1;
   st_.assign(seqs.size(), SeqState{});
   prefix_step_ = false;
-  if (share_ && !all_rows) {
-    std::vector<std::span<const int32_t>> prompts;
-    for (const SeqInput& s : seqs) prompts.emplace_back(s.prompt);
-    for (const PrefixGroup& g : find_prefix_groups(prompts, page_size_)) {
-      for (const size_t b : g.members) {
-        st_[b].shared = g.tokens;
-        if (b != g.members.front()) st_[b].leader = static_cast<int32_t>(g.members.front());
+  taken_ = {};
+  drop_kept_prefix_unless_used(seqs, all_rows);
+  find_groups(seqs, all_rows);
+  std::vector<int64_t> take(seqs.size(), 0);  // pages taken from the kept prefix
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const PrefixGroup& g = groups_[i];
+    for (const size_t b : g.members) {
+      if (computed_[i] == 0) {
+        take[b] = g.tokens / page_size_;
+        continue;
       }
-      prefix_step_ = true;
+      st_[b].shared = g.tokens;
+      if (b != g.members.front()) st_[b].leader = static_cast<int32_t>(g.members.front());
     }
+    if (computed_[i] != 0) prefix_step_ = true;
   }
   for (size_t b = 0; b < seqs.size(); ++b) {
     st_[b].kv = kv_.add_sequence();
+    if (take[b] > 0) {
+      kv_.share_prefix(st_[b].kv, kept_, take[b]);
+      taken_.tokens += take[b] * page_size_;
+      taken_.pages += take[b];
+    }
     // At a prefix step only the leaders compute.
     if (!prefix_step_ || (st_[b].shared > 0 && st_[b].leader < 0)) {
       mbs_[b / static_cast<size_t>(gpu_batch_size_)].members.push_back(static_cast<int32_t>(b));
@@ -81,6 +122,17 @@ BlockState::Reused BlockState::end_prefix_step() {
       reused.computed += s.shared;  // a leader's prefix (0 outside a group)
     }
     mbs_[b / static_cast<size_t>(gpu_batch_size_)].members.push_back(static_cast<int32_t>(b));
+  }
+  if (keep_) {
+    const int64_t i = group_to_keep(groups_, computed_);
+    if (i >= 0) {
+      const PrefixGroup& g = groups_[static_cast<size_t>(i)];
+      forget_kept_prefix();
+      kept_ = kv_.add_sequence();
+      kv_.share_prefix(kept_, st_[g.members.front()].kv, g.tokens / page_size_);
+      const std::span<const int32_t> prompt(seqs_[g.members.front()].prompt);
+      kept_tokens_.assign(prompt.begin(), prompt.begin() + g.tokens);
+    }
   }
   return reused;
 }

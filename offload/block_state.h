@@ -13,6 +13,7 @@
 
 #include "generate/engine.h"
 #include "kernels/backend.h"
+#include "kv/shared_prefix.h"
 #include "model/forward.h"
 
 namespace strata {
@@ -62,8 +63,17 @@ class BlockState {
   // sequence (SeqAction::draft); 0: drafts are ignored.
   void set_max_draft(int64_t n) { max_draft_ = n; }
   // Prefix sharing (kv/shared_prefix.h): prompts of a block that
-  // begin with the same whole KV pages compute and store them once.
-  void set_prefix_sharing(bool on) { share_ = on; }
+  // begin with the same whole KV pages compute and store them once. With
+  // every KV page in RAM a prefix is also kept across blocks: after a
+  // prefix step one computed group's prefix pages (group_to_keep) stay in
+  // a KV sequence of their own, and the next block's group with that same
+  // prefix takes them at start() instead of computing them.
+  void set_prefix_sharing(bool on);
+  // Lets the kept prefix go unless a group of `seqs` has it: call before
+  // the block's memory is checked (its pages count as that group's
+  // leader's, kv_block_needs).
+  void drop_kept_prefix_unless_used(std::span<const SeqInput> seqs, bool all_rows);
+  void forget_kept_prefix();
   // A new block of `seqs` (each with a KV sequence); `all_rows`: logits of
   // every prompt position (scoring one sequence). With prefix sharing and
   // some prompts sharing pages, the block starts with a *prefix step*: one
@@ -89,6 +99,8 @@ class BlockState {
     int64_t tokens = 0, pages = 0, computed = 0;
   };
   Reused end_prefix_step();
+  // What start() took from the kept prefix (computed: 0).
+  const Reused& taken_from_kept() const { return taken_; }
   // True when `actions` (one per active row, a sequence's in its first)
   // end a sequence: its KV pages are freed by end_step.
   bool finishes_any(std::span<const SeqAction> actions) const;
@@ -137,6 +149,10 @@ class BlockState {
   // disk-homed KV page (whose record is stored in the step that completes it).
   int64_t draft_room(const SeqState& s, size_t b, int64_t wanted) const;
 
+  // The groups of this block's prompts (none without sharing), and
+  // whether each computes its prefix (1) or takes the kept one (0).
+  void find_groups(std::span<const SeqInput> seqs, bool all_rows);
+
   KvCache& kv_;
   int64_t gpu_batch_size_;
   int64_t page_size_;
@@ -145,6 +161,12 @@ class BlockState {
   int64_t max_draft_ = 0;
   bool sparse_keep_first_ = false;
   bool share_ = false, prefix_step_ = false;
+  bool keep_ = false;                 // keep a prefix across blocks
+  int32_t kept_ = -1;                 // the KV sequence holding its pages
+  std::vector<int32_t> kept_tokens_;  // its tokens
+  std::vector<PrefixGroup> groups_;
+  std::vector<uint8_t> computed_;  // [group]
+  Reused taken_;
   uint64_t kv_attended_ = 0, kv_skipped_ = 0;
   std::span<const SeqInput> seqs_;
   bool all_rows_ = false;

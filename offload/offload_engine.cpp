@@ -60,6 +60,7 @@ class OffloadEngine final : public Engine {
 
   const ModelConfig& config() const override { return model_.config(); }
   int64_t block_size() const override { return opt_.gpu_batch_size * opt_.num_gpu_batches; }
+  void forget_kept_prefix() override { block_->forget_kept_prefix(); }
   int64_t shared_prefix_page() const override { return opt_.prefix_sharing ? opt_.page_size : 0; }
   void run_block(std::span<const SeqInput> seqs, const StepFn& on_step) override {
     run(seqs, on_step, false);
@@ -382,12 +383,18 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
   }
   STRATA_ASSERT(!all_rows || n == 1);
   int64_t n_steps = 0, longest = 0;
+  // A prefix kept from the last block that this one does not take goes
+  // before the check (what it does take counts as its group's leader's).
+  block_->drop_kept_prefix_unless_used(seqs, all_rows);
   const BlockShape shape = check_sequences(seqs, all_rows, &n_steps, &longest);
   const BlockMemory mem =
       block_memory(config(), kv_->geometry(), placement_, shape, opt_.draft_memory);
   check_block(mem, n, longest);
   prepare_block(mem);
   block_->start(seqs, all_rows);
+  const BlockState::Reused& kept = block_->taken_from_kept();
+  stats_.reused_prompt_tokens += kept.tokens;
+  stats_.kv_shared_bytes += static_cast<uint64_t>(kept.pages) * kv_->geometry().bytes_per_page();
   for (const SeqInput& s : seqs) stats_.prompt_tokens += static_cast<int64_t>(s.prompt.size());
   ++stats_.blocks;
   // However the block ends: transfers and CPU attention finish before the

@@ -293,26 +293,29 @@ PlanSharing kv_stored_once(const std::set<std::vector<int64_t>>& blocks) {
 
 std::function<SharingRates(int64_t)> planned_sharing(std::span<const Job> jobs,
                                                      const std::function<bool(size_t)>& skip,
-                                                     int64_t shared_page) {
+                                                     int64_t shared_page, bool kept_across_blocks) {
   if (shared_page <= 0) return [](int64_t) { return SharingRates{}; };
   struct State {
     std::vector<std::span<const int32_t>> prompts;  // in block order
     int64_t page = 0;
+    bool keep = false;
     std::map<int64_t, SharingRates> by_size;
   };
   auto st = std::make_shared<State>();
   st->page = shared_page;
+  st->keep = kept_across_blocks;
   for (size_t i : block_order(jobs, skip, shared_page)) st->prompts.emplace_back(jobs[i].tokens);
   return [st](int64_t block_size) {
     STRATA_ASSERT(block_size >= 1);
     if (auto it = st->by_size.find(block_size); it != st->by_size.end()) return it->second;
     // As the engine groups a block's prompts (offload/block_state.cpp): each
     // group's prefix is computed once by a prefix step and taken by all its
-    // members.
+    // members, or taken by all from the prefix kept from the block before.
     double shared = 0, step_tokens = 0;
     int64_t steps = 0, blocks = 0;
     const auto n = static_cast<int64_t>(st->prompts.size());
     std::set<std::vector<int64_t>> refs;  // each block's referenced pages (descending)
+    std::span<const int32_t> kept;        // the prefix kept from the block before
     for (int64_t i = 0; i < n; i += block_size, ++blocks) {
       const auto block =
           std::span(st->prompts)
@@ -323,17 +326,25 @@ std::function<SharingRates(int64_t)> planned_sharing(std::span<const Job> jobs,
       r.resize(static_cast<size_t>(block_size), std::numeric_limits<int64_t>::max());
       std::sort(r.begin(), r.end(), std::greater<>());
       refs.insert(std::move(r));
-      if (groups.empty()) continue;
-      ++steps;
+      std::vector<uint8_t> computed;
       for (const PrefixGroup& g : groups) {
-        step_tokens += static_cast<double>(g.tokens);
+        computed.push_back(has_prefix(g, block, kept) ? 0 : 1);
         shared += static_cast<double>(g.tokens) * static_cast<double>(g.members.size());
+        if (computed.back() != 0) step_tokens += static_cast<double>(g.tokens);
+      }
+      if (std::find(computed.begin(), computed.end(), 0) == computed.end()) kept = {};
+      if (std::find(computed.begin(), computed.end(), 1) == computed.end()) continue;
+      ++steps;
+      const int64_t keep = st->keep ? group_to_keep(groups, computed) : -1;
+      if (keep >= 0) {
+        const PrefixGroup& g = groups[static_cast<size_t>(keep)];
+        kept = block[g.members.front()].first(static_cast<size_t>(g.tokens));
       }
     }
     SharingRates r;
-    if (steps > 0) {
+    if (shared > 0) {
       r.shared_tokens = shared / static_cast<double>(n);
-      r.prefix_step_tokens = step_tokens / static_cast<double>(steps);
+      r.prefix_step_tokens = steps > 0 ? step_tokens / static_cast<double>(steps) : 0;
       r.prefix_steps = static_cast<double>(steps) / static_cast<double>(blocks);
       r.kv = kv_stored_once(refs);
     }

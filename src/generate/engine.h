@@ -196,6 +196,9 @@ class Engine {
   virtual std::vector<float> score(std::span<const int32_t> tokens) = 0;
 
   virtual EngineStats stats() const = 0;
+  // Lets go of a shared prefix kept from the last block (prefix sharing
+  // across blocks), so that the next block starts as a run's first would.
+  virtual void forget_kept_prefix() {}
 };
 
 // The implementation (forward, KV cache, placement, schedule) lives in

@@ -76,6 +76,26 @@ std::vector<int64_t> referenced_pages(std::span<const PrefixGroup> groups, size_
   return out;
 }
 
+int64_t group_to_keep(std::span<const PrefixGroup> groups, std::span<const uint8_t> computed) {
+  STRATA_ASSERT(groups.size() == computed.size());
+  int64_t best = -1, best_tokens = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const int64_t t = groups[i].tokens * static_cast<int64_t>(groups[i].members.size());
+    if (computed[i] != 0 && t > best_tokens) {
+      best = static_cast<int64_t>(i);
+      best_tokens = t;
+    }
+  }
+  return best;
+}
+
+bool has_prefix(const PrefixGroup& g, std::span<const std::span<const int32_t>> prompts,
+                std::span<const int32_t> held) {
+  if (held.empty() || static_cast<int64_t>(held.size()) != g.tokens) return false;
+  const std::span<const int32_t> p = prompts[g.members.front()];
+  return p.size() >= held.size() && std::equal(held.begin(), held.end(), p.begin());
+}
+
 std::vector<size_t> order_for_sharing(std::span<const std::span<const int32_t>> prompts,
                                       int64_t page_size) {
   const size_t n = prompts.size();

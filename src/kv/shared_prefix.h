@@ -36,6 +36,17 @@ std::vector<PrefixGroup> find_prefix_groups(std::span<const std::span<const int3
 std::vector<int64_t> referenced_pages(std::span<const PrefixGroup> groups, size_t n_prompts,
                                       int64_t page_size);
 
+// Prefix sharing across blocks: after a block's prefix step the engine
+// keeps one computed group's prefix pages for the next block, whose group
+// with that same prefix takes them instead of computing them. The one kept:
+// of the groups with computed[i], the one with the most tokens x members
+// (the first of equals); -1 for none.
+int64_t group_to_keep(std::span<const PrefixGroup> groups, std::span<const uint8_t> computed);
+// Whether group g of `prompts` has the kept prefix `held` (its tokens) as
+// its shared prefix.
+bool has_prefix(const PrefixGroup& g, std::span<const std::span<const int32_t>> prompts,
+                std::span<const int32_t> held);
+
 // An order of the prompts for forming blocks: longest first (ties in input
 // order), except that the members of a group follow one another (longest
 // first), the group placed where its longest member would be.

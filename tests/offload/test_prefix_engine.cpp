@@ -14,6 +14,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -86,9 +87,47 @@ TEST_P(PrefixEngine, SharingGivesTheTokensOfTheRunWithout) {
   }
 }
 
+// A prefix kept across blocks (KV in RAM): over blocks of two in the
+// driver's order the preamble's group spans several blocks; the blocks
+// after the first take its pages instead of computing them (fewer prefix
+// steps than with KV half on disk, where each block computes its own), and
+// the tokens and logits are those of the run without sharing.
+TEST_P(PrefixEngine, AKeptPrefixGivesTheRunWithoutSharing) {
+  const Fixture f = load(GetParam());
+  TempDir dir("prefix-kept");
+  const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
+  std::vector<Job> jobs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    jobs[i].index = i;
+    jobs[i].tokens = prompts[i];
+  }
+  const auto all = [](size_t) { return false; };
+  std::vector<std::vector<int32_t>> in_order;
+  for (const auto& block : plan_blocks(jobs, 2, all, 4)) {
+    for (const size_t i : block) in_order.push_back(prompts[i]);
+  }
+  int64_t steps_kept = 0, steps_each = 0;
+  for (const double kv_ram : {1.0, 0.5}) {
+    const std::string what = f.name + " KV in RAM " + std::to_string(kv_ram);
+    EngineOptions o = fixture_options(f, 2, 1, dir.path);  // sharing off
+    ASSERT_EQ(o.page_size, 4);
+    o.placement.set(DataKind::kKv, 0, kv_ram);
+    const GenRun ref = generate(*make_engine(*f.model, o), in_order);
+    o.prefix_sharing = true;
+    const GenRun got = generate(*make_engine(*f.model, o), in_order);
+    expect_same_tokens_close_logits(f.model->config(), ref, got, what);
+    (kv_ram == 1.0 ? steps_kept : steps_each) = got.stats.prefix_steps;
+    EXPECT_GT(got.stats.reused_prompt_tokens, 0) << what;
+  }
+  EXPECT_GT(steps_kept, 0);
+  EXPECT_LT(steps_kept, steps_each);
+}
+
 // What the plan takes a run to share (generate/driver.h: planned_sharing)
 // is what the run measures (generate/report.h: measured_sharing), for
-// blocks of several sizes, each block's prompts in the driver's order.
+// blocks of several sizes, each block's prompts in the driver's order: with
+// KV in RAM a prefix kept across blocks (the preamble's group spans blocks),
+// with KV half on disk a prefix step in every block that shares.
 TEST_P(PrefixEngine, PlannedSharingIsWhatARunMeasures) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix-plan");
@@ -99,11 +138,18 @@ TEST_P(PrefixEngine, PlannedSharingIsWhatARunMeasures) {
     jobs[i].tokens = prompts[i];
   }
   const auto all = [](size_t) { return false; };
-  for (const auto& [g, k] : {std::pair<int64_t, int64_t>{1, 1}, {2, 1}, {2, 2}, {3, 3}}) {
-    const std::string what = f.name + " block " + std::to_string(g) + "x" + std::to_string(k);
+  for (const auto& [g, k, kv_ram] : {std::tuple<int64_t, int64_t, double>{1, 1, 1.0},
+                                     {2, 1, 1.0},
+                                     {2, 2, 1.0},
+                                     {3, 3, 1.0},
+                                     {2, 1, 0.5},
+                                     {2, 2, 0.5}}) {
+    const std::string what = f.name + " block " + std::to_string(g) + "x" + std::to_string(k) +
+                             " KV in RAM " + std::to_string(kv_ram);
     EngineOptions o = fixture_options(f, g, k, dir.path);
     o.prefix_sharing = true;
-    const SharingRates planned = planned_sharing(jobs, all, o.page_size)(g * k);
+    o.placement.set(DataKind::kKv, 0, kv_ram);
+    const SharingRates planned = planned_sharing(jobs, all, o.page_size, kv_ram == 1.0)(g * k);
     std::vector<std::vector<int32_t>> in_order;
     for (const auto& block : plan_blocks(jobs, g * k, all, o.page_size)) {
       for (const size_t i : block) in_order.push_back(prompts[i]);
