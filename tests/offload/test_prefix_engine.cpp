@@ -33,6 +33,27 @@ using namespace fixture_runs;
 
 class PrefixEngine : public ::testing::TestWithParam<std::string> {};
 
+std::vector<Job> jobs_of(const std::vector<std::vector<int32_t>>& prompts) {
+  std::vector<Job> jobs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    jobs[i].index = i;
+    jobs[i].tokens = prompts[i];
+  }
+  return jobs;
+}
+
+// `rows` (one per job) in the driver's block order for blocks of `block_size`.
+template <class Row>
+std::vector<Row> in_block_order(const std::vector<Job>& jobs, const std::vector<Row>& rows,
+                                int64_t block_size, int64_t page_size) {
+  std::vector<Row> out;
+  for (const auto& block : plan_blocks(
+           jobs, block_size, [](size_t) { return false; }, page_size)) {
+    for (const size_t i : block) out.push_back(rows[i]);
+  }
+  return out;
+}
+
 TEST_P(PrefixEngine, SharingGivesTheTokensOfTheRunWithout) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix");
@@ -96,16 +117,8 @@ TEST_P(PrefixEngine, AKeptPrefixGivesTheRunWithoutSharing) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix-kept");
   const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
-  std::vector<Job> jobs(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    jobs[i].index = i;
-    jobs[i].tokens = prompts[i];
-  }
-  const auto all = [](size_t) { return false; };
-  std::vector<std::vector<int32_t>> in_order;
-  for (const auto& block : plan_blocks(jobs, 2, all, 4)) {
-    for (const size_t i : block) in_order.push_back(prompts[i]);
-  }
+  const std::vector<Job> jobs = jobs_of(prompts);
+  const std::vector<std::vector<int32_t>> in_order = in_block_order(jobs, prompts, 2, 4);
   int64_t steps_kept = 0, steps_each = 0;
   for (const double kv_ram : {1.0, 0.5}) {
     const std::string what = f.name + " KV in RAM " + std::to_string(kv_ram);
@@ -132,11 +145,7 @@ TEST_P(PrefixEngine, PlannedSharingIsWhatARunMeasures) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix-plan");
   const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
-  std::vector<Job> jobs(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    jobs[i].index = i;
-    jobs[i].tokens = prompts[i];
-  }
+  const std::vector<Job> jobs = jobs_of(prompts);
   const auto all = [](size_t) { return false; };
   for (const auto& [g, k, kv_ram] : {std::tuple<int64_t, int64_t, double>{1, 1, 1.0},
                                      {2, 1, 1.0},
@@ -150,10 +159,8 @@ TEST_P(PrefixEngine, PlannedSharingIsWhatARunMeasures) {
     o.prefix_sharing = true;
     o.placement.set(DataKind::kKv, 0, kv_ram);
     const SharingRates planned = planned_sharing(jobs, all, o.page_size, kv_ram == 1.0)(g * k);
-    std::vector<std::vector<int32_t>> in_order;
-    for (const auto& block : plan_blocks(jobs, g * k, all, o.page_size)) {
-      for (const size_t i : block) in_order.push_back(prompts[i]);
-    }
+    const std::vector<std::vector<int32_t>> in_order =
+        in_block_order(jobs, prompts, g * k, o.page_size);
     const GenRun run = generate(*make_engine(*f.model, o), in_order);
     const SharingRates got = measured_sharing(run.stats, static_cast<int64_t>(prompts.size()));
     EXPECT_DOUBLE_EQ(planned.shared_tokens, got.shared_tokens) << what;
@@ -179,13 +186,9 @@ TEST_P(PrefixEngine, PlannedKvSharingFitsABudgetTheBlockWithoutItDoesNot) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix-budget");
   const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
-  std::vector<Job> jobs(prompts.size());
+  const std::vector<Job> jobs = jobs_of(prompts);
   size_t longest = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    jobs[i].index = i;
-    jobs[i].tokens = prompts[i];
-    longest = std::max(longest, prompts[i].size());
-  }
+  for (const std::vector<int32_t>& p : prompts) longest = std::max(longest, p.size());
   const auto all = [](size_t) { return false; };
   const DeviceCaps cpu = device_caps("cpu");
   for (const auto& [g, k] : {std::pair<int64_t, int64_t>{2, 2}, {3, 3}}) {
@@ -213,16 +216,9 @@ TEST_P(PrefixEngine, PlannedKvSharingFitsABudgetTheBlockWithoutItDoesNot) {
       ASSERT_LT(with.need.ram, without.need.ram) << what;
       o.gpu_mem = 0;
       o.cpu_mem = with.need.ram;
-      std::vector<std::vector<int32_t>> in_order;
-      for (const auto& block : plan_blocks(jobs, g * k, all, o.page_size)) {
-        for (const size_t i : block) in_order.push_back(prompts[i]);
-      }
-      std::vector<std::vector<int32_t>> ref_in_order;
-      for (const auto& block : plan_blocks(jobs, g * k, all, o.page_size)) {
-        for (const size_t i : block) ref_in_order.push_back(ref.tokens[i]);
-      }
-      const GenRun got = generate(*make_engine(*f.model, o), in_order);
-      EXPECT_EQ(got.tokens, ref_in_order) << what;
+      const GenRun got =
+          generate(*make_engine(*f.model, o), in_block_order(jobs, prompts, g * k, o.page_size));
+      EXPECT_EQ(got.tokens, in_block_order(jobs, ref.tokens, g * k, o.page_size)) << what;
       o.plan_sharing = {};
       try {
         make_engine(*f.model, o);
