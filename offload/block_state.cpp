@@ -42,21 +42,18 @@ void BlockState::forget_kept_prefix() {
   kept_tokens_.clear();
 }
 
-void BlockState::find_groups(std::span<const SeqInput> seqs, bool all_rows) {
+void BlockState::group(std::span<const SeqInput> seqs, bool all_rows) {
   groups_.clear();
   computed_.clear();
-  if (!share_ || all_rows) return;
-  std::vector<std::span<const int32_t>> prompts;
-  for (const SeqInput& s : seqs) prompts.emplace_back(s.prompt);
-  groups_ = find_prefix_groups(prompts, page_size_);
-  for (const PrefixGroup& g : groups_) {
-    computed_.push_back(kept_ >= 0 && has_prefix(g, prompts, kept_tokens_) ? 0 : 1);
+  grouped_ = seqs.data();
+  if (share_ && !all_rows) {
+    std::vector<std::span<const int32_t>> prompts;
+    for (const SeqInput& s : seqs) prompts.emplace_back(s.prompt);
+    groups_ = find_prefix_groups(prompts, page_size_);
+    for (const PrefixGroup& g : groups_) {
+      computed_.push_back(kept_ >= 0 && has_prefix(g, prompts, kept_tokens_) ? 0 : 1);
+    }
   }
-}
-
-void BlockState::drop_kept_prefix_unless_used(std::span<const SeqInput> seqs, bool all_rows) {
-  if (kept_ < 0) return;
-  find_groups(seqs, all_rows);
   if (std::find(computed_.begin(), computed_.end(), 0) == computed_.end()) forget_kept_prefix();
 }
 
@@ -77,8 +74,8 @@ void BlockState::start(std::span<const SeqInput> seqs, bool all_rows) {
   st_.assign(seqs.size(), SeqState{});
   prefix_step_ = false;
   taken_ = {};
-  drop_kept_prefix_unless_used(seqs, all_rows);
-  find_groups(seqs, all_rows);
+  STRATA_ASSERT_MSG(grouped_ == seqs.data(), "a block started without group()");
+  grouped_ = nullptr;
   std::vector<int64_t> take(seqs.size(), 0);  // pages taken from the kept prefix
   for (size_t i = 0; i < groups_.size(); ++i) {
     const PrefixGroup& g = groups_[i];

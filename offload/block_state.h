@@ -69,12 +69,14 @@ class BlockState {
   // a KV sequence of their own, and the next block's group with that same
   // prefix takes them at start() instead of computing them.
   void set_prefix_sharing(bool on);
-  // Lets the kept prefix go unless a group of `seqs` has it: call before
-  // the block's memory is checked (its pages count as that group's
-  // leader's, kv_block_needs).
-  void drop_kept_prefix_unless_used(std::span<const SeqInput> seqs, bool all_rows);
+  // Groups the prompts of the next block, `seqs` (find_prefix_groups; none
+  // without sharing or when scoring), and lets the kept prefix go unless a
+  // group has it: before the block's memory is checked (the kept pages count
+  // as that group's leader's, kv_block_needs). start() runs on these groups.
+  void group(std::span<const SeqInput> seqs, bool all_rows);
+  const std::vector<PrefixGroup>& groups() const { return groups_; }
   void forget_kept_prefix();
-  // A new block of `seqs` (each with a KV sequence); `all_rows`: logits of
+  // A new block of `seqs`, grouped by group() (each with a KV sequence); `all_rows`: logits of
   // every prompt position (scoring one sequence). With prefix sharing and
   // some prompts sharing pages, the block starts with a *prefix step*: one
   // sequence of each group (its leader) computes the group's shared
@@ -149,10 +151,6 @@ class BlockState {
   // disk-homed KV page (whose record is stored in the step that completes it).
   int64_t draft_room(const SeqState& s, size_t b, int64_t wanted) const;
 
-  // The groups of this block's prompts (none without sharing), and
-  // whether each computes its prefix (1) or takes the kept one (0).
-  void find_groups(std::span<const SeqInput> seqs, bool all_rows);
-
   KvCache& kv_;
   int64_t gpu_batch_size_;
   int64_t page_size_;
@@ -164,8 +162,11 @@ class BlockState {
   bool keep_ = false;                 // keep a prefix across blocks
   int32_t kept_ = -1;                 // the KV sequence holding its pages
   std::vector<int32_t> kept_tokens_;  // its tokens
+  // The groups of the block's prompts (group()), and whether each computes
+  // its prefix (1) or takes the kept one (0).
   std::vector<PrefixGroup> groups_;
   std::vector<uint8_t> computed_;  // [group]
+  const SeqInput* grouped_ = nullptr;  // the prompts group() grouped
   Reused taken_;
   uint64_t kv_attended_ = 0, kv_skipped_ = 0;
   std::span<const SeqInput> seqs_;

@@ -70,9 +70,10 @@ class OffloadEngine final : public Engine {
 
  private:
   void run(std::span<const SeqInput> seqs, const StepFn& on_step, bool all_rows);
-  // The block's shape after checking every sequence (ids, context, window).
+  // The block's shape after checking every sequence (ids, context,
+  // window), its prompts grouped for prefix sharing (BlockState::group).
   BlockShape check_sequences(std::span<const SeqInput> seqs, bool all_rows, int64_t* n_steps,
-                             int64_t* longest) const;
+                             int64_t* longest);
   void check_block(const BlockMemory& m, int64_t n_seqs, int64_t longest) const;
   void prepare_block(const BlockMemory& m);
   void check_ids(std::span<const int32_t> ids, const char* what, size_t index) const;
@@ -324,7 +325,7 @@ void OffloadEngine::prepare_block(const BlockMemory& m) {
 }
 
 BlockShape OffloadEngine::check_sequences(std::span<const SeqInput> seqs, bool all_rows,
-                                          int64_t* n_steps, int64_t* longest) const {
+                                          int64_t* n_steps, int64_t* longest) {
   const ModelConfig& c = config();
   const char* what = all_rows ? "scored sequence" : "prompt";
   BlockShape shape;
@@ -356,17 +357,15 @@ BlockShape OffloadEngine::check_sequences(std::span<const SeqInput> seqs, bool a
     shape.stored[k].push_back(stored);
     shape.prompt[k].push_back(p);
   }
-  // The pages each prompt takes from another's (as BlockState shares them).
-  if (opt_.prefix_sharing && !all_rows) {
-    std::vector<std::span<const int32_t>> prompts;
-    for (const SeqInput& s : seqs) prompts.emplace_back(s.prompt);
-    const std::vector<int64_t> refs = referenced_pages(find_prefix_groups(prompts, opt_.page_size),
-                                                       prompts.size(), opt_.page_size);
-    if (std::any_of(refs.begin(), refs.end(), [](int64_t r) { return r > 0; })) {
-      shape.shared.resize(shape.stored.size());
-      for (size_t i = 0; i < refs.size(); ++i) {
-        shape.shared[i / static_cast<size_t>(opt_.gpu_batch_size)].push_back(refs[i]);
-      }
+  // The block's prefix groups (a prefix kept from the last block that this
+  // one does not take goes now, before the check; what it takes counts as
+  // its group's leader's), and the pages each prompt takes from another's.
+  block_->group(seqs, all_rows);
+  const std::vector<int64_t> refs = referenced_pages(block_->groups(), seqs.size(), opt_.page_size);
+  if (std::any_of(refs.begin(), refs.end(), [](int64_t r) { return r > 0; })) {
+    shape.shared.resize(shape.stored.size());
+    for (size_t i = 0; i < refs.size(); ++i) {
+      shape.shared[i / static_cast<size_t>(opt_.gpu_batch_size)].push_back(refs[i]);
     }
   }
   return shape;
@@ -383,9 +382,6 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
   }
   STRATA_ASSERT(!all_rows || n == 1);
   int64_t n_steps = 0, longest = 0;
-  // A prefix kept from the last block that this one does not take goes
-  // before the check (what it does take counts as its group's leader's).
-  block_->drop_kept_prefix_unless_used(seqs, all_rows);
   const BlockShape shape = check_sequences(seqs, all_rows, &n_steps, &longest);
   const BlockMemory mem =
       block_memory(config(), kv_->geometry(), placement_, shape, opt_.draft_memory);

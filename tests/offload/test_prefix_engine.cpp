@@ -136,6 +136,27 @@ TEST_P(PrefixEngine, AKeptPrefixGivesTheRunWithoutSharing) {
   EXPECT_LT(steps_kept, steps_each);
 }
 
+// A block after one that kept a prefix is checked like any: an empty
+// prompt is the one-line error, before anything is grouped or run.
+TEST_P(PrefixEngine, AnEmptyPromptAfterAKeptPrefixIsAnError) {
+  const Fixture f = load(GetParam());
+  TempDir dir("prefix-empty");
+  EngineOptions o = fixture_options(f, 2, 1, dir.path);
+  o.prefix_sharing = true;
+  const auto engine = make_engine(*f.model, o);
+  const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
+  generate(*engine, {prompts[0], prompts[1]});  // both begin with the preamble
+  ASSERT_EQ(engine->stats().prefix_steps, 1);
+  std::vector<SeqInput> in(2, SeqInput{prompts[3], 2});
+  in[1].prompt.clear();
+  try {
+    engine->run_block(in, nullptr);
+    FAIL() << "an empty prompt was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt 1 is empty"), std::string::npos) << e.what();
+  }
+}
+
 // What the plan takes a run to share (generate/driver.h: planned_sharing)
 // is what the run measures (generate/report.h: measured_sharing), for
 // blocks of several sizes, each block's prompts in the driver's order: with
