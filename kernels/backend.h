@@ -215,6 +215,13 @@ class Backend {
                          int64_t v_stride, const int64_t* slots, int64_t n_tokens,
                          const int32_t* touched, const int32_t* n_filled, int64_t n_touched) = 0;
 
+  // Recomputes the key min/max of the n listed pages over their first
+  // n_filled[i] keys as stored: a truncation (speculation's rejected draft
+  // tokens) left them folded from keys that are gone, and kv_append folds
+  // into them only once they are current. pages, n_filled: [n] (device).
+  virtual void key_minmax(const KvLayer& kv, const int32_t* pages, const int32_t* n_filled,
+                          int64_t n) = 0;
+
   // Causal attention of the new tokens of every sequence over its cached and
   // new keys (prefill and decode alike), GQA by n_head / kv.n_kv_head.
   // out, q: [q_indptr[n_seq], n_head, head_dim].

@@ -145,13 +145,16 @@ std::vector<int32_t> BlockState::kv_sequences(int64_t k) const {
 namespace {
 
 // Pages sequence s of a group has, and those a sparse layer attends (its
-// selection per kv head; all of them when the group stays dense).
+// selection per kv head; all of them when the group stays dense). A
+// sequence fed draft tokens selects per row: counted as its last row's
+// selection (a lower bound: the pages its other rows select are read too).
 std::pair<int64_t, int64_t> pages_and_attended(const MicroBatchHost& h, int64_t s,
                                                const KvGeometry& g) {
   const auto i = static_cast<size_t>(s);
   const int64_t n = g.pages_for(h.kv_len[i]);
   if (h.sel_indptr.empty()) return {n, n};
-  return {n, (h.sel_indptr[i + 1] - h.sel_indptr[i]) / g.n_kv_head};
+  const auto r = h.row_kv_len.empty() ? i : static_cast<size_t>(h.q_indptr[i + 1] - 1);
+  return {n, (h.sel_indptr[r + 1] - h.sel_indptr[r]) / g.n_kv_head};
 }
 
 }  // namespace
@@ -210,7 +213,8 @@ bool BlockState::begin_step(int32_t step) {
       }
       const int64_t start = kv_.extend(s.kv, n_new, step);
       m.groups[static_cast<size_t>(m.n_groups - 1)].host.add_sequence(
-          toks, start, kv_.pages(s.kv), page_size_, rows_each, pos_offset_);
+          toks, start, kv_.pages(s.kv), page_size_, rows_each, pos_offset_, s.stale_minmax);
+      s.stale_minmax = false;
       n_tokens += n_new;
       active_.insert(active_.end(), static_cast<size_t>(all_rows_ ? 1 : rows), b);
     }
@@ -301,6 +305,7 @@ BlockState::Kept BlockState::end_step(std::span<const SeqAction> actions, int64_
            a.accepted, drafted);
     }
     kv_.truncate(s.kv, drafted - a.accepted);
+    s.stale_minmax = drafted > a.accepted;
     s.produced += 1 + a.accepted;
     kept.tokens += 1 + a.accepted;
     kept.drafted += drafted;

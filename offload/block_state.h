@@ -145,6 +145,7 @@ class BlockState {
     int32_t produced = 0;      // tokens produced so far (kept by the caller)
     int64_t shared = 0;        // tokens of its prompt in a shared prefix
     int32_t leader = -1;       // block index of the sequence whose prefix pages it takes
+    bool stale_minmax = false;  // rejected drafts' keys were folded into its last page's min/max
   };
   // How many of `wanted` draft tokens sequence b is fed next: at most
   // max_draft_, none past its max_new_tokens, and none that would complete a

@@ -104,6 +104,7 @@ void CpuAttention::start(const ScheduleStep& ss, const LayerWeights& w) {
           DeviceBuffer none;
           const MicroBatch hmb = upload_micro_batch(*host_, gr.host, none);  // host arrays
           float* q = qkv_host + gr.token0 * QKV;
+          if (hmb.n_stale > 0) host_->key_minmax(kv, hmb.stale, hmb.stale_filled, hmb.n_stale);
           host_->kv_append(kv, q + Q, QKV, q + Q + kvd, QKV, hmb.slots, hmb.n_tokens, hmb.touched,
                            hmb.n_filled, hmb.n_touched);
           host_->attention(jb.attn.data() + gr.token0 * Q, Q, q, QKV, n_head, kv, hmb.seqs, scale);

@@ -60,12 +60,6 @@ EngineOptions validated_options(const EngineOptions& o) {
     fail("--speculate-tokens {}: use 1 to {} draft tokens per step", o.max_draft_tokens,
          kMaxDraftTokens);
   }
-  if (o.max_draft_tokens > 0 && o.sparse_budget > 0) {
-    fail(
-        "--speculate and --sparse-budget {} cannot be combined: a step that verifies draft "
-        "tokens attends densely; drop one of them",
-        o.sparse_budget);
-  }
   if (o.max_draft_tokens > 0 && is_quantized(o.kv_dtype)) {
     fail(
         "--speculate needs a KV cache of f32, f16 or bf16, not {}: the keys of a quantized page "

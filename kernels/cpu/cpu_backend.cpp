@@ -295,6 +295,20 @@ void CpuBackend::kv_append(const KvLayer& kv, const float* k, int64_t k_stride, 
   fold_key_minmax(kv, slots, n_tokens);
 }
 
+void CpuBackend::key_minmax(const KvLayer& kv, const int32_t* pages, const int32_t* n_filled,
+                            int64_t n) {
+  if (n == 0) return;
+  cpu::ScopedOmpThreads t(threads_);
+  Timer timer(*this, Op::kKeyMinMax);
+  if (is_quantized(kv.dtype)) {
+    fail("cpu backend: key_minmax: the min/max of {} pages are folded as they are quantized",
+         dtype_name(kv.dtype));
+  }
+  check(cpu::page_key_minmax(kv.k_min, kv.k_max, kv.k_pages, kv.n_pages, kv.dtype, kv.page_size,
+                             kv.n_kv_head, kv.head_dim, pages, n_filled, n),
+        "key_minmax", "pages={} of {}", n, kv.n_pages);
+}
+
 void CpuBackend::fold_key_minmax(const KvLayer& kv, const int64_t* slots, int64_t n_tokens) {
   const int64_t row = kv.n_kv_head * kv.head_dim;
   const int64_t eb = kv.dtype == DType::kF32 ? 4 : 2;

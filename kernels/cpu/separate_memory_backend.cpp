@@ -348,6 +348,15 @@ void SeparateMemoryBackend::kv_append(const KvLayer& kv, const float* k, int64_t
   cpu_.kv_append(kv, k, k_stride, v, v_stride, slots, n_tokens, touched, n_filled, n_touched);
 }
 
+void SeparateMemoryBackend::key_minmax(const KvLayer& kv, const int32_t* pages,
+                                       const int32_t* n_filled, int64_t n) {
+  need(pages, static_cast<size_t>(n) * sizeof(int32_t), "key_minmax", "pages");
+  need(n_filled, static_cast<size_t>(n) * sizeof(int32_t), "key_minmax", "n_filled");
+  Open o(*this);
+  need_kv(kv, pages, n, "key_minmax");
+  cpu_.key_minmax(kv, pages, n_filled, n);
+}
+
 void SeparateMemoryBackend::attention(float* out, int64_t out_stride, const float* q,
                                       int64_t q_stride, int64_t n_head, const KvLayer& kv,
                                       const AttentionSeqs& seqs, float scale) {

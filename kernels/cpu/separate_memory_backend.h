@@ -80,6 +80,8 @@ class SeparateMemoryBackend final : public Backend {
   void kv_append(const KvLayer& kv, const float* k, int64_t k_stride, const float* v,
                  int64_t v_stride, const int64_t* slots, int64_t n_tokens, const int32_t* touched,
                  const int32_t* n_filled, int64_t n_touched) override;
+  void key_minmax(const KvLayer& kv, const int32_t* pages, const int32_t* n_filled,
+                  int64_t n) override;
   void attention(float* out, int64_t out_stride, const float* q, int64_t q_stride, int64_t n_head,
                  const KvLayer& kv, const AttentionSeqs& seqs, float scale) override;
   void select_pages(const float* q, int64_t q_stride, int64_t n_head, const KvLayer& kv,

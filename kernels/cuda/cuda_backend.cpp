@@ -344,6 +344,16 @@ void CudaBackend::kv_append(const KvLayer& kv, const float* k, int64_t k_stride,
            "page_key_minmax", fmt::format("pages={} of {}", n_touched, kv.n_pages));
 }
 
+void CudaBackend::key_minmax(const KvLayer& kv, const int32_t* pages, const int32_t* n_filled,
+                             int64_t n) {
+  refuse_quantized_kv(kv, "key_minmax");
+  if (n == 0) return;
+  check_op(cuda::page_key_minmax(kv.k_min, kv.k_max, const_cast<const void* const*>(kv.k_pages),
+                                 kv.n_pages, kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim,
+                                 pages, n_filled, n, error_dev_, stream_),
+           "page_key_minmax", fmt::format("pages={} of {}", n, kv.n_pages));
+}
+
 void CudaBackend::attention(float* out, int64_t out_stride, const float* q, int64_t q_stride,
                             int64_t n_head, const KvLayer& kv, const AttentionSeqs& seqs,
                             float scale) {

@@ -152,9 +152,10 @@ struct EngineOptions {
   bool sparse_keep_first = true;  // the first page (the attention sink) always kept
   // Speculative decoding: the most draft tokens (SeqAction::draft) a decode
   // step verifies per sequence; 0: none (a draft is ignored). Sizes the
-  // block's activations for 1 + this many tokens per sequence. Not with
-  // sparse attention or a quantized KV cache (refused when the engine is
-  // made): verification appends several keys per sequence at once.
+  // block's activations for 1 + this many tokens per sequence. With sparse
+  // attention each fed token selects its own pages (model/forward.h, the row
+  // view). Not with a quantized KV cache (refused when the engine is made):
+  // verification appends several keys per sequence at once.
   int64_t max_draft_tokens = 0;
   // The draft model's RAM (none without one), counted in the RAM budget.
   DraftMemory draft_memory;

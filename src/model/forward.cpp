@@ -21,9 +21,15 @@ void MicroBatchHost::clear() {
   touched.clear();
   n_filled.clear();
   out_rows.clear();
+  stale.clear();
+  stale_filled.clear();
   sel_indptr.clear();
   sel_kv_len.clear();
   sel_ids.clear();
+  row_q_indptr.clear();
+  row_kv_len.clear();
+  row_page_indptr.clear();
+  row_page_ids.clear();
   sparse_budget_pages = 0;
   sparse_keep_first = false;
   sparse_lists = 1;
@@ -34,14 +40,41 @@ void MicroBatchHost::plan_sparse(int64_t budget_pages, bool keep_first, int64_t 
   sel_indptr.clear();
   sel_kv_len.clear();
   sel_ids.clear();
-  bool longer = false;
+  row_q_indptr.clear();
+  row_kv_len.clear();
+  row_page_indptr.clear();
+  row_page_ids.clear();
+  if (budget_pages < 1) return;
+  const auto pages_of = [&](int64_t len) { return (len + page_size - 1) / page_size; };
+  bool rows = false;
   for (int64_t s = 0; s < n_seq(); ++s) {
-    if (q_indptr[static_cast<size_t>(s) + 1] - q_indptr[static_cast<size_t>(s)] != 1) return;
-    longer |= (kv_len[static_cast<size_t>(s)] + page_size - 1) / page_size > budget_pages;
+    rows |= q_indptr[static_cast<size_t>(s) + 1] - q_indptr[static_cast<size_t>(s)] != 1;
   }
-  if (!longer || budget_pages < 1) return;
-  cpu::sparse_layout(kv_len.data(), n_seq(), page_size, n_kv_head, budget_pages, &sel_indptr,
-                     &sel_kv_len);
+  if (rows) {
+    row_q_indptr.assign(1, 0);
+    row_page_indptr.assign(1, 0);
+    for (int64_t s = 0; s < n_seq(); ++s) {
+      const auto p0 = static_cast<size_t>(page_indptr[static_cast<size_t>(s)]);
+      for (int32_t i = q_indptr[static_cast<size_t>(s)]; i < q_indptr[static_cast<size_t>(s) + 1];
+           ++i) {
+        const int32_t len = positions[static_cast<size_t>(i)] + 1;
+        row_q_indptr.push_back(i + 1);
+        row_kv_len.push_back(len);
+        row_page_ids.insert(row_page_ids.end(), page_ids.begin() + static_cast<ptrdiff_t>(p0),
+                            page_ids.begin() + static_cast<ptrdiff_t>(p0) + pages_of(len));
+        row_page_indptr.push_back(static_cast<int32_t>(row_page_ids.size()));
+      }
+    }
+  }
+  const std::vector<int32_t>& lens = rows ? row_kv_len : kv_len;
+  const bool longer = std::any_of(lens.begin(), lens.end(),
+                                  [&](int32_t len) { return pages_of(len) > budget_pages; });
+  if (!longer) {
+    plan_sparse(0, false, n_kv_head, page_size);  // dense: no row view either
+    return;
+  }
+  cpu::sparse_layout(lens.data(), static_cast<int64_t>(lens.size()), page_size, n_kv_head,
+                     budget_pages, &sel_indptr, &sel_kv_len);
   sel_ids.assign(static_cast<size_t>(sel_indptr.back()), -1);
   sparse_budget_pages = budget_pages;
   sparse_keep_first = keep_first && budget_pages >= 2;
@@ -50,7 +83,7 @@ void MicroBatchHost::plan_sparse(int64_t budget_pages, bool keep_first, int64_t 
 
 void MicroBatchHost::add_sequence(std::span<const int32_t> new_tokens, int64_t start,
                                   std::span<const int32_t> pages, int64_t page_size, bool all_rows,
-                                  int64_t pos_offset) {
+                                  int64_t pos_offset, bool stale_minmax) {
   const int64_t n = static_cast<int64_t>(new_tokens.size());
   const int64_t len = start + n;
   STRATA_ASSERT(n >= 1 && start >= 0);
@@ -66,6 +99,10 @@ void MicroBatchHost::add_sequence(std::span<const int32_t> new_tokens, int64_t s
     if (all_rows) out_rows.push_back(static_cast<int32_t>(row0 + i));
   }
   if (!all_rows) out_rows.push_back(static_cast<int32_t>(row0 + n - 1));
+  if (track_touched && stale_minmax && start % page_size != 0) {
+    stale.push_back(pages[static_cast<size_t>(start / page_size)]);
+    stale_filled.push_back(static_cast<int32_t>(start % page_size));
+  }
   // Pages that receive new keys, each with its fill after the step.
   for (int64_t p = start / page_size; track_touched && p * page_size < len; ++p) {
     touched.push_back(pages[static_cast<size_t>(p)]);
@@ -83,6 +120,8 @@ MicroBatch upload_micro_batch(Backend& backend, const MicroBatchHost& h, DeviceB
   mb.n_tokens = h.n_tokens();
   mb.n_touched = static_cast<int64_t>(h.touched.size());
   mb.n_out = static_cast<int64_t>(h.out_rows.size());
+  mb.n_stale = static_cast<int64_t>(h.stale.size());
+  STRATA_ASSERT(h.stale_filled.size() == h.stale.size());
   mb.seqs.n_seq = h.n_seq();
   STRATA_ASSERT(h.q_indptr.size() == h.kv_len.size() + 1);
   STRATA_ASSERT(h.page_indptr.size() == h.kv_len.size() + 1);
@@ -110,16 +149,33 @@ MicroBatch upload_micro_batch(Backend& backend, const MicroBatchHost& h, DeviceB
       {data_of(h.touched), h.touched.size() * 4, reinterpret_cast<const void**>(&mb.touched)},
       {data_of(h.n_filled), h.n_filled.size() * 4, reinterpret_cast<const void**>(&mb.n_filled)},
       {data_of(h.out_rows), h.out_rows.size() * 4, reinterpret_cast<const void**>(&mb.out_rows)},
+      {data_of(h.stale), h.stale.size() * 4, reinterpret_cast<const void**>(&mb.stale)},
+      {data_of(h.stale_filled), h.stale_filled.size() * 4,
+       reinterpret_cast<const void**>(&mb.stale_filled)},
       {data_of(h.sel_indptr), h.sel_indptr.size() * 4,
        reinterpret_cast<const void**>(&mb.sparse.page_indptr)},
       {data_of(h.sel_kv_len), h.sel_kv_len.size() * 4,
        reinterpret_cast<const void**>(&mb.sparse.kv_len)},
+      {data_of(h.row_q_indptr), h.row_q_indptr.size() * 4,
+       reinterpret_cast<const void**>(&mb.select.q_indptr)},
+      {data_of(h.row_kv_len), h.row_kv_len.size() * 4,
+       reinterpret_cast<const void**>(&mb.select.kv_len)},
+      {data_of(h.row_page_indptr), h.row_page_indptr.size() * 4,
+       reinterpret_cast<const void**>(&mb.select.page_indptr)},
+      {data_of(h.row_page_ids), h.row_page_ids.size() * 4,
+       reinterpret_cast<const void**>(&mb.select.page_ids)},
   };
   const size_t sel_bytes = h.sel_ids.size() * 4;
   auto finish_sparse = [&](int32_t* sel_ids) {
     if (h.sel_indptr.empty()) return;
-    mb.sparse.n_seq = mb.seqs.n_seq;
-    mb.sparse.q_indptr = mb.seqs.q_indptr;
+    if (h.row_kv_len.empty()) {
+      mb.select = mb.seqs;
+    } else {
+      mb.select.n_seq = static_cast<int64_t>(h.row_kv_len.size());
+      mb.select.lists = 1;
+    }
+    mb.sparse.n_seq = mb.select.n_seq;
+    mb.sparse.q_indptr = mb.select.q_indptr;
     mb.sparse.page_ids = sel_ids;
     mb.sparse.lists = h.sparse_lists;
     mb.sel_ids = sel_ids;
@@ -258,12 +314,13 @@ void Forward::layer(int64_t j, const LayerWeights& w, const KvLayer& kv, const M
   reserve(mb.n_tokens);
   const int64_t n = mb.n_tokens;
   layer_qkv(w, mb, hidden, qkv_);
+  if (mb.n_stale > 0) be_.key_minmax(kv, mb.stale, mb.stale_filled, mb.n_stale);
   be_.kv_append(kv, qkv_ + q_dim_, qkv_dim_, qkv_ + q_dim_ + kv_dim_, qkv_dim_, mb.slots, n,
                 mb.touched, mb.n_filled, mb.n_touched);
   if (mb.sparse.n_seq > 0 && j >= kSparseFirstLayer) {
     // Sparse decode: each kv head attends over the pages its query bounds
     // highest (the min/max are current: kv_append updated them).
-    be_.select_pages(qkv_, qkv_dim_, c_.n_head, kv, mb.seqs, mb.sparse_budget_pages,
+    be_.select_pages(qkv_, qkv_dim_, c_.n_head, kv, mb.select, mb.sparse_budget_pages,
                      mb.sparse_keep_first, mb.sparse.page_indptr, mb.sel_ids);
     if (mb.on_selected != nullptr) mb.on_selected->selected(j, mb);
     be_.attention(attn_, q_dim_, qkv_, qkv_dim_, c_.n_head, kv, mb.sparse, attn_scale_);

@@ -46,11 +46,22 @@ struct MicroBatchHost {
   std::vector<int32_t> touched;         // [n_touched] pages written by this step's tokens
   std::vector<int32_t> n_filled;        // [n_touched] tokens in each touched page after the step
   std::vector<int32_t> out_rows;        // [n_out] token rows whose logits the head computes
+  // Pages whose key min/max are stale (a truncation dropped keys folded into
+  // them: speculation's rejected drafts), each with its keys before this
+  // step: recomputed (Backend::key_minmax) before the step's keys are folded.
+  std::vector<int32_t> stale, stale_filled;
   // Sparse decode attention (plan_sparse): the layout of each sequence's
   // page selections (kernels/cpu/page_select.h), empty when every layer runs
   // dense; sel_ids receives the selections (the op writes it).
   std::vector<int32_t> sel_indptr, sel_kv_len;
   mutable std::vector<int32_t> sel_ids;
+  // A decode step that feeds a sequence more than one token (speculation's
+  // draft tokens) selects per row: row i is a sequence of its own that holds
+  // the keys up to its position (the row view: identity q_indptr, kv_len
+  // positions[i] + 1, its sequence's pages up to that key), so each row
+  // selects and attends as the step that fed it alone would. Empty when
+  // every sequence has one row (the selection reads the sequences).
+  std::vector<int32_t> row_q_indptr, row_kv_len, row_page_indptr, row_page_ids;
   int64_t sparse_budget_pages = 0;
   bool sparse_keep_first = false;
   int64_t sparse_lists = 1;  // n_kv_head when planned
@@ -67,13 +78,17 @@ struct MicroBatchHost {
   // start + tokens.size() keys. all_rows: every new token's logits are
   // wanted (scoring), else only the last one's. pos_offset < 0: no learned
   // positions.
+  // stale_minmax: the key min/max of the page holding position start - 1
+  // are stale (listed in `stale` when track_touched and the page is partly
+  // filled).
   void add_sequence(std::span<const int32_t> tokens, int64_t start, std::span<const int32_t> pages,
-                    int64_t page_size, bool all_rows, int64_t pos_offset);
-  // After the sequences are added: layers from kSparseFirstLayer on select
-  // `budget_pages` pages per sequence and kv head (keeping the first page
-  // too when keep_first and the budget has room) when every sequence has one
-  // new token and one of them has more pages than the budget; otherwise
-  // every layer stays dense.
+                    int64_t page_size, bool all_rows, int64_t pos_offset,
+                    bool stale_minmax = false);
+  // After the sequences of a decode step are added: layers from
+  // kSparseFirstLayer on select `budget_pages` pages per sequence (per row
+  // when a sequence has several: the row view) and kv head, keeping the
+  // first page too when keep_first and the budget has room, when one of them
+  // has more pages than the budget; otherwise every layer stays dense.
   void plan_sparse(int64_t budget_pages, bool keep_first, int64_t n_kv_head, int64_t page_size);
 };
 
@@ -104,10 +119,15 @@ struct MicroBatch {
   const int32_t* touched = nullptr;
   const int32_t* n_filled = nullptr;
   const int32_t* out_rows = nullptr;
+  int64_t n_stale = 0;
+  const int32_t* stale = nullptr;
+  const int32_t* stale_filled = nullptr;
   // Sparse decode attention: n_seq 0 when every layer is dense; else the
   // selections' batch (lists = n_kv_head, page ids in sel_ids, written by
-  // Backend::select_pages from the layer's query).
+  // Backend::select_pages from the layer's query), one sequence per row of
+  // `select` (the batch the selection reads: seqs, or the row view).
   AttentionSeqs sparse;
+  AttentionSeqs select;
   int32_t* sel_ids = nullptr;
   int64_t sparse_budget_pages = 0;
   bool sparse_keep_first = false;

@@ -238,12 +238,47 @@ TEST(CliGenerate, SpeculationWritesTheRecordsOfARunWithout) {
     EXPECT_EQ(outputs[0], outputs[1]) << "temperature " << temperature;
     EXPECT_EQ(outputs[0], outputs[2]) << "temperature " << temperature;
   }
+  // With sparse attention (2 pages of the 64 + prompt tokens) too.
+  std::vector<std::string> sparse_outputs;
+  for (const std::string spec : {"none", "ngram"}) {
+    const std::string out = dir.file("sparse-" + spec + ".jsonl");
+    const auto r = run_strata({"generate",
+                               "--model",
+                               kLlama,
+                               "--prompts",
+                               dir.file("p.txt"),
+                               "--output",
+                               out,
+                               "--max-new-tokens",
+                               "64",
+                               "--ids",
+                               "--batch-size",
+                               "3",
+                               "--compute-dtype",
+                               "f32",
+                               "--speculate",
+                               spec,
+                               "--sparse-budget",
+                               "32",
+                               "--report",
+                               out + ".report"},
+                              dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    sparse_outputs.push_back(read_text(out));
+    const auto report = nlohmann::json::parse(read_text(out + ".report"));
+    EXPECT_GT(report["kv_skipped_bytes"].get<int64_t>(), 0) << spec;
+    if (spec == "ngram") {
+      EXPECT_GT(report["drafted_tokens"].get<int64_t>(), 0);
+    }
+  }
+  EXPECT_EQ(sparse_outputs[0], sparse_outputs[1]);
   const auto bad =
       run_strata({"generate", "--model", kLlama, "--prompts", dir.file("p.txt"), "--output",
-                  dir.file("bad.jsonl"), "--speculate", "ngram", "--sparse-budget", "64"},
+                  dir.file("bad.jsonl"), "--speculate", "ngram", "--compress-kv", "q8"},
                  dir.path());
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.err.find("--speculate and --sparse-budget"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("--speculate needs a KV cache of f32, f16 or bf16"), std::string::npos)
+      << bad.err;
   const auto zero = run_strata({"bench", "--model", kLlama, "--prompt-len", "8", "--gen-len", "4",
                                 "--batch", "2", "--speculate", "ngram", "--speculate-tokens", "0"},
                                dir.path());
