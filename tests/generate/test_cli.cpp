@@ -123,6 +123,7 @@ TEST(CliGenerate, PrefixSharingWritesTheRecordsOfARunWithout) {
   write_text(dir.file("p.txt"), pre + "what is the sea?\nhello there\n" + pre +
                                     "why is the sky blue?\n" + pre + "what is the sea?\n" + pre +
                                     "who wrote this?\nthe cat sat on the mat\n");
+
   for (const char* temperature : {"0", "0.8"}) {
     std::vector<std::string> outputs;
     for (const bool share : {false, true}) {
@@ -178,34 +179,34 @@ TEST(CliGenerate, SpeculationWritesTheRecordsOfARunWithout) {
              "one two three four one two three four one two three\n"
              "the cat sat on the mat and the cat sat on the\n"
              "a b c d e f g a b c d e f g a b c\n");
+  // The flags of every run here, with --speculate SPEC.
+  const auto speculation_args = [&](const std::string& out, const std::string& spec) {
+    return std::vector<std::string>{"generate",
+                                    "--model",
+                                    kLlama,
+                                    "--prompts",
+                                    dir.file("p.txt"),
+                                    "--output",
+                                    out,
+                                    "--max-new-tokens",
+                                    "64",
+                                    "--ids",
+                                    "--batch-size",
+                                    "3",
+                                    "--compute-dtype",
+                                    "f32",
+                                    "--speculate",
+                                    spec,
+                                    "--report",
+                                    out + ".report"};
+  };
   for (const char* temperature : {"0", "0.8"}) {
     std::vector<std::string> outputs;
     for (const std::string spec : {"none", "ngram", "model"}) {
       const std::string out = dir.file("out-" + spec + temperature + ".jsonl");
-      std::vector<std::string> args = {"generate",
-                                       "--model",
-                                       kLlama,
-                                       "--prompts",
-                                       dir.file("p.txt"),
-                                       "--output",
-                                       out,
-                                       "--max-new-tokens",
-                                       "64",
-                                       "--ids",
-                                       "--batch-size",
-                                       "3",
-                                       "--compute-dtype",
-                                       "f32",
-                                       "--temperature",
-                                       temperature,
-                                       "--seed",
-                                       "3",
-                                       "--speculate",
-                                       spec,
-                                       "--speculate-tokens",
-                                       "5",
-                                       "--report",
-                                       out + ".report"};
+      std::vector<std::string> args = speculation_args(out, spec);
+      args.insert(args.end(),
+                  {"--temperature", temperature, "--seed", "3", "--speculate-tokens", "5"});
       if (spec == "model") {
         args.push_back("--draft-model");
         args.push_back(kLlama);
@@ -242,27 +243,9 @@ TEST(CliGenerate, SpeculationWritesTheRecordsOfARunWithout) {
   std::vector<std::string> sparse_outputs;
   for (const std::string spec : {"none", "ngram"}) {
     const std::string out = dir.file("sparse-" + spec + ".jsonl");
-    const auto r = run_strata({"generate",
-                               "--model",
-                               kLlama,
-                               "--prompts",
-                               dir.file("p.txt"),
-                               "--output",
-                               out,
-                               "--max-new-tokens",
-                               "64",
-                               "--ids",
-                               "--batch-size",
-                               "3",
-                               "--compute-dtype",
-                               "f32",
-                               "--speculate",
-                               spec,
-                               "--sparse-budget",
-                               "32",
-                               "--report",
-                               out + ".report"},
-                              dir.path());
+    std::vector<std::string> args = speculation_args(out, spec);
+    args.insert(args.end(), {"--sparse-budget", "32"});
+    const auto r = run_strata(args, dir.path());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     sparse_outputs.push_back(read_text(out));
     const auto report = nlohmann::json::parse(read_text(out + ".report"));
