@@ -72,7 +72,8 @@ BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placem
                          const BlockShape& shape, const DraftMemory& draft) {
   const uint64_t record = KvFile::record_bytes_for(g);
   BlockMemory m;
-  m.kv = kv_block_needs(g, placement, shape.stored, shape.decode_tokens, shape.shared);
+  m.kv = kv_block_needs(g, placement, shape.stored, shape.decode_tokens, shape.shared,
+                        shape.disk_extent);
   m.kv_pages = static_cast<uint64_t>(m.kv.backed_pages) * g.bytes_per_page();
   m.kv_staging = 2 * static_cast<uint64_t>(m.kv.stage_records) * record;
   m.kv_disk = static_cast<uint64_t>(c.n_layer) * static_cast<uint64_t>(m.kv.disk_pages) * record;

@@ -57,6 +57,9 @@ struct BlockShape {
   std::vector<std::vector<int64_t>> shared;
   bool all_rows = false;      // logits of every prompt position (scoring)
   int64_t decode_tokens = 1;  // tokens a decode step feeds a sequence at most (1 + drafts)
+  // Slots per disk extent of the KV file (kv_block_needs); 0: the block's
+  // own choice.
+  int64_t disk_extent = 0;
 
   // A full block: `gpu_batch` x `n_micro_batches` sequences of `prompt`
   // tokens generating `new_tokens` each, fed `decode_tokens` per decode step.

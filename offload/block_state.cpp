@@ -32,7 +32,7 @@ BlockState::~BlockState() {
 
 void BlockState::set_prefix_sharing(bool on) {
   share_ = on;
-  keep_ = on && !kv_.any_disk();
+  keep_ = on;
   if (!keep_) forget_kept_prefix();
 }
 
@@ -77,11 +77,14 @@ void BlockState::start(std::span<const SeqInput> seqs, bool all_rows) {
   STRATA_ASSERT_MSG(grouped_ == seqs.data(), "a block started without group()");
   grouped_ = nullptr;
   std::vector<int64_t> take(seqs.size(), 0);  // pages taken from the kept prefix
+  std::vector<uint8_t> continues(seqs.size(), 0);  // fills on the kept pages' last extent
+  if (kept_ >= 0) kv_.settle(kept_);
   for (size_t i = 0; i < groups_.size(); ++i) {
     const PrefixGroup& g = groups_[i];
     for (const size_t b : g.members) {
       if (computed_[i] == 0) {
         take[b] = g.tokens / page_size_;
+        continues[b] = b == g.members.front();
         continue;
       }
       st_[b].shared = g.tokens;
@@ -93,6 +96,8 @@ void BlockState::start(std::span<const SeqInput> seqs, bool all_rows) {
     st_[b].kv = kv_.add_sequence();
     if (take[b] > 0) {
       kv_.share_prefix(st_[b].kv, kept_, take[b]);
+      // As the group's leader in the block's memory (referenced_pages).
+      if (continues[b] != 0) kv_.continue_extent(st_[b].kv, kept_);
       taken_.tokens += take[b] * page_size_;
       taken_.pages += take[b];
     }

@@ -63,11 +63,13 @@ class BlockState {
   // sequence (SeqAction::draft); 0: drafts are ignored.
   void set_max_draft(int64_t n) { max_draft_ = n; }
   // Prefix sharing (kv/shared_prefix.h): prompts of a block that
-  // begin with the same whole KV pages compute and store them once. With
-  // every KV page in RAM a prefix is also kept across blocks: after a
-  // prefix step one computed group's prefix pages (group_to_keep) stay in
-  // a KV sequence of their own, and the next block's group with that same
-  // prefix takes them at start() instead of computing them.
+  // begin with the same whole KV pages compute and store them once. A
+  // prefix is also kept across blocks: after a prefix step one computed
+  // group's prefix pages (group_to_keep) stay in a KV sequence of their own,
+  // and the next block's group with that same prefix takes them at start()
+  // instead of computing them (its pages on disk stay in their slots: the
+  // engine lets it go before a block that would lay the KV file out anew,
+  // KvCache::disk_layout_holds).
   void set_prefix_sharing(bool on);
   // Groups the prompts of the next block, `seqs` (find_prefix_groups; none
   // without sharing or when scoring), and lets the kept prefix go unless a
@@ -76,6 +78,7 @@ class BlockState {
   void group(std::span<const SeqInput> seqs, bool all_rows);
   const std::vector<PrefixGroup>& groups() const { return groups_; }
   void forget_kept_prefix();
+  bool has_kept_prefix() const { return kept_ >= 0; }
   // A new block of `seqs`, grouped by group() (each with a KV sequence); `all_rows`: logits of
   // every prompt position (scoring one sequence). With prefix sharing and
   // some prompts sharing pages, the block starts with a *prefix step*: one

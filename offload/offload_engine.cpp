@@ -382,9 +382,21 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
   }
   STRATA_ASSERT(!all_rows || n == 1);
   int64_t n_steps = 0, longest = 0;
-  const BlockShape shape = check_sequences(seqs, all_rows, &n_steps, &longest);
-  const BlockMemory mem =
-      block_memory(config(), kv_->geometry(), placement_, shape, opt_.draft_memory);
+  BlockShape shape = check_sequences(seqs, all_rows, &n_steps, &longest);
+  BlockMemory mem = block_memory(config(), kv_->geometry(), placement_, shape, opt_.draft_memory);
+  if (block_->has_kept_prefix() && !kv_->disk_layout_holds(mem.kv)) {
+    // The prefix kept from the last block holds records in the KV file:
+    // this block takes the file's extents as they are, or if it needs more
+    // slots than the file has, the prefix goes and is computed again.
+    shape.disk_extent = kv_->disk_extent();
+    mem = block_memory(config(), kv_->geometry(), placement_, shape, opt_.draft_memory);
+  }
+  if (block_->has_kept_prefix() && !kv_->disk_layout_holds(mem.kv)) {
+    block_->forget_kept_prefix();
+    n_steps = longest = 0;
+    shape = check_sequences(seqs, all_rows, &n_steps, &longest);
+    mem = block_memory(config(), kv_->geometry(), placement_, shape, opt_.draft_memory);
+  }
   check_block(mem, n, longest);
   prepare_block(mem);
   block_->start(seqs, all_rows);
@@ -409,8 +421,10 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
   } cleanup{*this};
 
   // A prefix step (shared prompt prefixes) comes before the prefill.
+  TransferPlan transfers = transfer_plan_;
+  if (kept.pages > 0) transfers.kv_first_load_step = 0;  // pages kept from the last block
   const std::vector<ScheduleStep> schedule = make_block_schedule(
-      {n_steps + block_->prefill_step(), config().n_layer, opt_.num_gpu_batches}, transfer_plan_);
+      {n_steps + block_->prefill_step(), config().n_layer, opt_.num_gpu_batches}, transfers);
   for (size_t i = 0; i < schedule.size(); ++i) {
     const ScheduleStep& s = schedule[i];
     if ((i == 0 || s.step != schedule[i - 1].step) && !begin_step(s.step)) break;

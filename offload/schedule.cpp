@@ -49,6 +49,9 @@ std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& s, const Tran
     fail("transfer plan names weights of {} columns; the schedule has {}", plan.weights_off.size(),
          n_col);
   }
+  if (plan.kv_first_load_step != 0 && plan.kv_first_load_step != 1) {
+    fail("transfer plan loads KV from step {}; use 0 or 1", plan.kv_first_load_step);
+  }
   auto index = [&](int64_t i, int64_t j, int64_t k) {
     return static_cast<size_t>((i * n_col + j) * s.n_micro_batches + k);
   };
@@ -90,7 +93,7 @@ std::vector<ScheduleStep> make_block_schedule(const ScheduleShape& s, const Tran
         const size_t here = index(i, j, k);
         const bool layer = j >= 1 && j <= s.n_layer;
         // here > 0 for every layer step: the embed column comes first.
-        if (plan.kv_off && layer && i >= 1) {
+        if (plan.kv_off && layer && i >= plan.kv_first_load_step) {
           out[here - 1].loads.push_back(transfer(Transfer::What::kKv, i, j, k));
         }
         if (plan.act_off && j >= 1) {

@@ -17,7 +17,8 @@
 //     With double buffers, column j's buffer is column j-2's, and column
 //     j-1 starts after column j-2 has finished with it;
 //   - KV of layer step (i, j, k) with i >= 1 (decode; a prefill reads no
-//     earlier KV): loaded by the compute step just before it, (j, k-1) or
+//     earlier KV, but for pages kept from an earlier block:
+//     TransferPlan::kv_first_load_step): loaded by the compute step just before it, (j, k-1) or
 //     the last micro-batch of column j-1; the KV a layer step writes is
 //     stored by the compute step just after it, (j, k+1) or the first
 //     micro-batch of column j+1;
@@ -90,6 +91,10 @@ struct TransferPlan {
   bool kv_off = false;            // some KV pages live off the device
   bool act_off = false;           // activations live off the device between columns
   bool tied_embeddings = false;   // the head's weights are the embed column's
+  // The first generation step whose layers load KV: 1 (a prefill reads no
+  // earlier KV), or 0 when the block's prompts take pages stored before it
+  // (a shared prefix kept from the block before, offload/block_state.h).
+  int32_t kv_first_load_step = 1;
 };
 
 // Steps in schedule order: index ((i * n_columns) + j) * n_micro_batches + k,

@@ -132,13 +132,14 @@ std::vector<std::vector<size_t>> plan_blocks(std::span<const Job> jobs, int64_t 
 // measured_sharing; sequences that finish early aside). The plan's cost
 // model takes it (plan/run_plan.h: RunShape::sharing). All 0 when
 // `shared_page` is 0. `kept_across_blocks`: the engine keeps a prefix for
-// the next block (offload/block_state.h: with every KV page in RAM), whose
-// group with it takes it instead of a prefix step; false counts a prefix
-// step in every block that shares (an upper bound on them). The result
-// reads `jobs`, which must outlive it.
+// the next block (offload/block_state.h), whose group with it takes it
+// instead of a prefix step (the engine's default; it lets the prefix go
+// before a block that needs a larger KV file); false counts a prefix step
+// in every block that shares. The result reads `jobs`, which must outlive
+// it.
 std::function<SharingRates(int64_t block_size)> planned_sharing(
     std::span<const Job> jobs, const std::function<bool(size_t)>& skip, int64_t shared_page,
-    bool kept_across_blocks = false);
+    bool kept_across_blocks = true);
 
 // The record of a job that ran (or was skipped: finish_reason "skipped"),
 // in the shape of its input format.

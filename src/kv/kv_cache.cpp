@@ -30,7 +30,8 @@ Tier kv_page_home(const Placement& f, int64_t page_index) {
 
 KvNeeds kv_block_needs(const KvGeometry& g, const Placement& placement,
                        const std::vector<std::vector<int64_t>>& lengths, int64_t decode_tokens,
-                       const std::vector<std::vector<int64_t>>& shared) {
+                       const std::vector<std::vector<int64_t>>& shared, int64_t disk_extent) {
+  STRATA_ASSERT(disk_extent >= 0);
   STRATA_ASSERT(shared.empty() || shared.size() == lengths.size());
   KvNeeds n;
   // Disk pages of a sequence backed at once: the partial one, or the one
@@ -66,7 +67,7 @@ KvNeeds kv_block_needs(const KvGeometry& g, const Placement& placement,
     n.stage_records = std::max(n.stage_records, records);
   }
   const int64_t most = disk.empty() ? 1 : *std::max_element(disk.begin(), disk.end());
-  n.disk_extent = kv_disk_extent_pages(g.page_bytes(), most);
+  n.disk_extent = disk_extent > 0 ? disk_extent : kv_disk_extent_pages(g.page_bytes(), most);
   for (int64_t d : disk) n.disk_pages += (d + n.disk_extent - 1) / n.disk_extent * n.disk_extent;
   return n;
 }
@@ -288,6 +289,27 @@ void KvCache::set_disk_slots(int64_t n, int64_t extent) {
   for (int64_t e = slot_capacity_ / extent - 1; e >= 0; --e) {
     free_extents_.push_back(static_cast<int32_t>(e * extent));
   }
+}
+
+void KvCache::settle(int32_t seq) {
+  for (const int32_t page : get(seq).pages) created_[static_cast<size_t>(page)] = -1;
+}
+
+void KvCache::continue_extent(int32_t dst, int32_t src) {
+  Seq& d = get(dst);
+  STRATA_ASSERT(d.extents.empty());
+  int32_t last = -1;  // the slot of src's last disk page, in table order
+  for (const int32_t page : get(src).pages) {
+    if (slot_of_[static_cast<size_t>(page)] >= 0) last = slot_of_[static_cast<size_t>(page)];
+  }
+  if (last < 0) return;
+  const int32_t used = last % static_cast<int32_t>(extent_) + 1;
+  const auto e = static_cast<size_t>(last / extent_);
+  if (used == extent_ || extent_orphan_[e] == 0) return;
+  // Its slots after `used` held pages of the owner that are gone.
+  extent_orphan_[e] = 0;
+  d.extents.push_back(last - used + 1);
+  d.extent_used = used;
 }
 
 int32_t KvCache::disk_slot(int32_t page) const {

@@ -84,10 +84,16 @@ struct KvNeeds {
 // `shared[k][s]` (empty: none): the first pages of the sequence that are
 // another's (share_prefix), which it neither backs nor stores; its
 // micro-batch still counts their staging records (an upper bound: a
-// micro-batch stages a page its sequences share once).
+// micro-batch stages a page its sequences share once). A sequence that
+// takes another's disk pages holds extents for its own pages only; the
+// pages it takes count in the extents of the sequence that holds them
+// (their group's leader, or after a prefix kept across blocks the member
+// that continues its extent, KvCache::continue_extent). `disk_extent`: the
+// slots per extent, 0: kv_disk_extent_pages for the block's longest.
 KvNeeds kv_block_needs(const KvGeometry& geometry, const Placement& placement,
                        const std::vector<std::vector<int64_t>>& lengths, int64_t decode_tokens = 1,
-                       const std::vector<std::vector<int64_t>>& shared = {});
+                       const std::vector<std::vector<int64_t>>& shared = {},
+                       int64_t disk_extent = 0);
 
 class KvCache {
  public:
@@ -139,6 +145,22 @@ class KvCache {
   // Fresh: unbacked and created in generation step `step` (no record on
   // disk yet).
   bool fresh(int32_t page, int32_t step) const;
+  // Sequence `seq`'s pages were created in an earlier block (a prefix kept
+  // across blocks): none is fresh, whatever the step numbers of this block.
+  void settle(int32_t seq);
+  // `dst`, which just took `src`'s pages (share_prefix) and holds no disk
+  // extent, takes over the extent of src's last disk page, if the sequence
+  // that owned it is gone and it has room: dst's disk pages fill it on, so
+  // the prefix and dst's own pages take the extents they would if dst had
+  // completed them all (what kv_block_needs counts for a group's leader).
+  void continue_extent(int32_t dst, int32_t src);
+  // Whether a block of `needs` fits the disk slots as they are laid out
+  // (set_disk_slots would change nothing): what a sequence kept across
+  // blocks needs, its records staying where they are.
+  bool disk_layout_holds(const KvNeeds& needs) const {
+    return needs.disk_pages == 0 ||
+           (needs.disk_extent == extent_ && needs.disk_pages <= slot_capacity_);
+  }
 
   // What a block needs (kv_block_needs with this cache's geometry and placement).
   KvNeeds needs(const std::vector<std::vector<int64_t>>& lengths) const;

@@ -108,19 +108,23 @@ TEST_P(PrefixEngine, SharingGivesTheTokensOfTheRunWithout) {
   }
 }
 
-// A prefix kept across blocks (KV in RAM): over blocks of two in the
-// driver's order the preamble's group spans several blocks; the blocks
-// after the first take its pages instead of computing them (fewer prefix
-// steps than with KV half on disk, where each block computes its own), and
-// the tokens and logits are those of the run without sharing.
+// A prefix kept across blocks: over blocks of two in the driver's order the
+// preamble's group spans several blocks; the blocks after the first take
+// its pages instead of computing them (the prefix steps the plan counts
+// with the prefix kept, fewer than without), with its pages in RAM, on disk
+// (the KV file's records stay where the first block stored them, and the
+// next block's prefill loads them) and split, and the tokens and logits are
+// those of the run without sharing.
 TEST_P(PrefixEngine, AKeptPrefixGivesTheRunWithoutSharing) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix-kept");
   const std::vector<std::vector<int32_t>> prompts = sharing_prompts(f);
   const std::vector<Job> jobs = jobs_of(prompts);
   const std::vector<std::vector<int32_t>> in_order = in_block_order(jobs, prompts, 2, 4);
-  int64_t steps_kept = 0, steps_each = 0;
-  for (const double kv_ram : {1.0, 0.5}) {
+  const auto all = [](size_t) { return false; };
+  const double kept_steps = planned_sharing(jobs, all, 4, true)(2).prefix_steps;
+  ASSERT_LT(kept_steps, planned_sharing(jobs, all, 4, false)(2).prefix_steps);
+  for (const double kv_ram : {1.0, 0.0, 0.5}) {
     const std::string what = f.name + " KV in RAM " + std::to_string(kv_ram);
     EngineOptions o = fixture_options(f, 2, 1, dir.path);  // sharing off
     ASSERT_EQ(o.page_size, 4);
@@ -129,11 +133,41 @@ TEST_P(PrefixEngine, AKeptPrefixGivesTheRunWithoutSharing) {
     o.prefix_sharing = true;
     const GenRun got = generate(*make_engine(*f.model, o), in_order);
     expect_same_tokens_close_logits(f.model->config(), ref, got, what);
-    (kv_ram == 1.0 ? steps_kept : steps_each) = got.stats.prefix_steps;
+    EXPECT_DOUBLE_EQ(measured_sharing(got.stats, static_cast<int64_t>(prompts.size())).prefix_steps,
+                     kept_steps)
+        << what;
     EXPECT_GT(got.stats.reused_prompt_tokens, 0) << what;
   }
-  EXPECT_GT(steps_kept, 0);
-  EXPECT_LT(steps_kept, steps_each);
+}
+
+// A kept prefix whose pages are on disk stays only while the KV file keeps
+// its layout: blocks of two, the second's prompts (the same preamble, then
+// longer own parts) need more disk slots than the first's file has, so the
+// second block lets the kept prefix go and computes it again (two prefix
+// steps; one with the KV in RAM), and the tokens are those of the run
+// without sharing.
+TEST_P(PrefixEngine, AKeptPrefixGoesBeforeABlockThatNeedsALargerKvFile) {
+  const Fixture f = load(GetParam());
+  TempDir dir("prefix-kept-grow");
+  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<int32_t> preamble = cat(f.prompts[0], f.prompts[2]);
+  const std::vector<int32_t> longer = cat(cat(f.prompts[3], f.prompts[5]), f.prompts[7]);
+  const std::vector<std::vector<int32_t>> prompts = {
+      cat(preamble, {f.prompts[1].front()}), cat(preamble, {f.prompts[6].front()}),
+      cat(preamble, longer), cat(cat(preamble, f.prompts[6]), longer)};
+  for (const double kv_ram : {1.0, 0.0}) {
+    const std::string what = f.name + " KV in RAM " + std::to_string(kv_ram);
+    EngineOptions o = fixture_options(f, 2, 1, dir.path);
+    o.placement.set(DataKind::kKv, 0, kv_ram);
+    const GenRun ref = generate(*make_engine(*f.model, o), prompts);
+    o.prefix_sharing = true;
+    const GenRun got = generate(*make_engine(*f.model, o), prompts);
+    expect_same_tokens_close_logits(f.model->config(), ref, got, what);
+    EXPECT_EQ(got.stats.prefix_steps, kv_ram == 1.0 ? 1 : 2) << what;
+  }
 }
 
 // A block after one that kept a prefix is checked like any: an empty
@@ -159,9 +193,9 @@ TEST_P(PrefixEngine, AnEmptyPromptAfterAKeptPrefixIsAnError) {
 
 // What the plan takes a run to share (generate/driver.h: planned_sharing)
 // is what the run measures (generate/report.h: measured_sharing), for
-// blocks of several sizes, each block's prompts in the driver's order: with
-// KV in RAM a prefix kept across blocks (the preamble's group spans blocks),
-// with KV half on disk a prefix step in every block that shares.
+// blocks of several sizes, each block's prompts in the driver's order, a
+// prefix kept across blocks (the preamble's group spans blocks), with KV in
+// RAM and half on disk.
 TEST_P(PrefixEngine, PlannedSharingIsWhatARunMeasures) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix-plan");
@@ -179,7 +213,7 @@ TEST_P(PrefixEngine, PlannedSharingIsWhatARunMeasures) {
     EngineOptions o = fixture_options(f, g, k, dir.path);
     o.prefix_sharing = true;
     o.placement.set(DataKind::kKv, 0, kv_ram);
-    const SharingRates planned = planned_sharing(jobs, all, o.page_size, kv_ram == 1.0)(g * k);
+    const SharingRates planned = planned_sharing(jobs, all, o.page_size, true)(g * k);
     const std::vector<std::vector<int32_t>> in_order =
         in_block_order(jobs, prompts, g * k, o.page_size);
     const GenRun run = generate(*make_engine(*f.model, o), in_order);

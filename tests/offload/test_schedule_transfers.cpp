@@ -181,6 +181,19 @@ TEST(ScheduleTransfers, DryRunPrint) {
             "i=1 j=1 (layer 0) k=1 store(kv j=1 k=0)\n"
             "i=1 j=2 (head) k=0 store(kv j=1 k=1)\n"
             "i=1 j=2 (head) k=1\n");
+  // A block that takes KV pages kept from the block before loads them in
+  // its prefill too; a first load step other than 0 or 1 is refused.
+  plan.kv_first_load_step = 0;
+  EXPECT_EQ(format_schedule(make_block_schedule({1, 1, 2}, plan)),
+            "i=0 j=0 (embed) k=0 load(weights j=1 k=0)\n"
+            "i=0 j=0 (embed) k=1 load(kv j=1 k=0)\n"
+            "i=0 j=1 (layer 0) k=0 load(kv j=1 k=1) load(weights j=2 k=0)\n"
+            "i=0 j=1 (layer 0) k=1 store(kv j=1 k=0)\n"
+            "i=0 j=2 (head) k=0 store(kv j=1 k=1)\n"
+            "i=0 j=2 (head) k=1\n");
+  plan.kv_first_load_step = 2;
+  EXPECT_THROW(make_block_schedule({1, 1, 2}, plan), Error);
+  plan.kv_first_load_step = 1;
   // The embed column's weights of the next step ride on the head of this one.
   plan.weights_off = {true, false, false};
   plan.kv_off = false;
