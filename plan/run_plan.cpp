@@ -243,6 +243,7 @@ RunPlan resolve_plan(const PlanRequest& r, const Model& model, const RunShape& r
 
   RunPlan plan;
   plan.kv_elem_bytes = uncompressed_kv_bytes(eo);
+  plan.page_size = eo.page_size;
   Policy p;
   p.gpu_batch_size = eo.gpu_batch_size;
   p.num_gpu_batches = eo.num_gpu_batches;
@@ -316,7 +317,7 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
     work.spec_rows = spec.rows;
     work.spec_tokens = spec.tokens;
     work.draft_step_s = spec.draft_step_s;
-    set_sharing(work, sharing, EngineOptions{}.page_size);
+    set_sharing(work, sharing, page_size);
     work.kv_elem_bytes = kv_elem_bytes;
     work.act_elem_bytes = kEngineActBytes;
     const Prediction pr = strata::predict(shape, *hardware, work, policy, budgets_of(*hardware),

@@ -80,6 +80,7 @@ struct RunPlan {
   int64_t draft_tokens = -1;
   // Bytes of the engine's uncompressed KV element (Workload::kv_elem_bytes).
   double kv_elem_bytes = 2;
+  int64_t page_size = 16;  // tokens per KV page (EngineOptions::page_size)
 
   // The policy as the report shows it (with the options it ran with).
   nlohmann::ordered_json report_policy(const EngineOptions& eo) const;
