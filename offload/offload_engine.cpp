@@ -74,6 +74,9 @@ class OffloadEngine final : public Engine {
   // window), its prompts grouped for prefix sharing (BlockState::group).
   BlockShape check_sequences(std::span<const SeqInput> seqs, bool all_rows, int64_t* n_steps,
                              int64_t* longest);
+  // Groups the block's prompts (BlockState::group) and sets the pages each
+  // takes from another into `shape` (BlockShape::shared).
+  void group_block(std::span<const SeqInput> seqs, bool all_rows, BlockShape* shape);
   void check_block(const BlockMemory& m, int64_t n_seqs, int64_t longest) const;
   void prepare_block(const BlockMemory& m);
   void check_ids(std::span<const int32_t> ids, const char* what, size_t index) const;
@@ -357,18 +360,23 @@ BlockShape OffloadEngine::check_sequences(std::span<const SeqInput> seqs, bool a
     shape.stored[k].push_back(stored);
     shape.prompt[k].push_back(p);
   }
+  group_block(seqs, all_rows, &shape);
+  return shape;
+}
+
+void OffloadEngine::group_block(std::span<const SeqInput> seqs, bool all_rows, BlockShape* shape) {
   // The block's prefix groups (a prefix kept from the last block that this
   // one does not take goes now, before the check; what it takes counts as
   // its group's leader's), and the pages each prompt takes from another's.
   block_->group(seqs, all_rows);
   const std::vector<int64_t> refs = referenced_pages(block_->groups(), seqs.size(), opt_.page_size);
+  shape->shared.clear();
   if (std::any_of(refs.begin(), refs.end(), [](int64_t r) { return r > 0; })) {
-    shape.shared.resize(shape.stored.size());
+    shape->shared.resize(shape->stored.size());
     for (size_t i = 0; i < refs.size(); ++i) {
-      shape.shared[i / static_cast<size_t>(opt_.gpu_batch_size)].push_back(refs[i]);
+      shape->shared[i / static_cast<size_t>(opt_.gpu_batch_size)].push_back(refs[i]);
     }
   }
-  return shape;
 }
 
 // ---- the block: the loop over the schedule ----
@@ -393,8 +401,8 @@ void OffloadEngine::run(std::span<const SeqInput> seqs, const StepFn& on_step, b
   }
   if (block_->has_kept_prefix() && !kv_->disk_layout_holds(mem.kv)) {
     block_->forget_kept_prefix();
-    n_steps = longest = 0;
-    shape = check_sequences(seqs, all_rows, &n_steps, &longest);
+    shape.disk_extent = 0;
+    group_block(seqs, all_rows, &shape);
     mem = block_memory(config(), kv_->geometry(), placement_, shape, opt_.draft_memory);
   }
   check_block(mem, n, longest);

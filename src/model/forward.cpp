@@ -23,6 +23,10 @@ void MicroBatchHost::clear() {
   out_rows.clear();
   stale.clear();
   stale_filled.clear();
+  clear_sparse();
+}
+
+void MicroBatchHost::clear_sparse() {
   sel_indptr.clear();
   sel_kv_len.clear();
   sel_ids.clear();
@@ -37,13 +41,7 @@ void MicroBatchHost::clear() {
 
 void MicroBatchHost::plan_sparse(int64_t budget_pages, bool keep_first, int64_t n_kv_head,
                                  int64_t page_size) {
-  sel_indptr.clear();
-  sel_kv_len.clear();
-  sel_ids.clear();
-  row_q_indptr.clear();
-  row_kv_len.clear();
-  row_page_indptr.clear();
-  row_page_ids.clear();
+  clear_sparse();
   if (budget_pages < 1) return;
   const auto pages_of = [&](int64_t len) { return (len + page_size - 1) / page_size; };
   bool rows = false;
@@ -70,7 +68,7 @@ void MicroBatchHost::plan_sparse(int64_t budget_pages, bool keep_first, int64_t 
   const bool longer = std::any_of(lens.begin(), lens.end(),
                                   [&](int32_t len) { return pages_of(len) > budget_pages; });
   if (!longer) {
-    plan_sparse(0, false, n_kv_head, page_size);  // dense: no row view either
+    clear_sparse();  // dense: no row view either
     return;
   }
   cpu::sparse_layout(lens.data(), static_cast<int64_t>(lens.size()), page_size, n_kv_head,

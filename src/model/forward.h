@@ -90,6 +90,9 @@ struct MicroBatchHost {
   // first page too when keep_first and the budget has room, when one of them
   // has more pages than the budget; otherwise every layer stays dense.
   void plan_sparse(int64_t budget_pages, bool keep_first, int64_t n_kv_head, int64_t page_size);
+
+ private:
+  void clear_sparse();  // every layer dense: no selections, no row view
 };
 
 struct MicroBatch;
