@@ -45,16 +45,28 @@ void BlockState::forget_kept_prefix() {
 void BlockState::group(std::span<const SeqInput> seqs, bool all_rows) {
   groups_.clear();
   computed_.clear();
+  from_kept_ = {};
   grouped_ = seqs.data();
   if (share_ && !all_rows) {
     std::vector<std::span<const int32_t>> prompts;
     for (const SeqInput& s : seqs) prompts.emplace_back(s.prompt);
     groups_ = find_prefix_groups(prompts, page_size_);
-    for (const PrefixGroup& g : groups_) {
-      computed_.push_back(kept_ >= 0 && has_prefix(g, prompts, kept_tokens_) ? 0 : 1);
+    if (kept_ >= 0) from_kept_ = take_from_kept(groups_, prompts, kept_tokens_, page_size_);
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      computed_.push_back(from_kept_.computes(groups_[i], i, page_size_) ? 1 : 0);
     }
   }
-  if (std::find(computed_.begin(), computed_.end(), 0) == computed_.end()) forget_kept_prefix();
+  if (from_kept_.pages == 0) {
+    forget_kept_prefix();
+  } else if (from_kept_.pages * page_size_ < static_cast<int64_t>(kept_tokens_.size())) {
+    // Only its first pages are taken: the rest go now, so that the block's
+    // memory counts the kept pages as the taking group's leader's.
+    const int32_t shorter = kv_.add_sequence();
+    kv_.share_prefix(shorter, kept_, from_kept_.pages);
+    kv_.remove_sequence(kept_);
+    kept_ = shorter;
+    kept_tokens_.resize(static_cast<size_t>(from_kept_.pages * page_size_));
+  }
 }
 
 void BlockState::clear() {
@@ -81,14 +93,20 @@ void BlockState::start(std::span<const SeqInput> seqs, bool all_rows) {
   if (kept_ >= 0) kv_.settle(kept_);
   for (size_t i = 0; i < groups_.size(); ++i) {
     const PrefixGroup& g = groups_[i];
+    const bool takes = static_cast<int64_t>(i) == from_kept_.group;
     for (const size_t b : g.members) {
-      if (computed_[i] == 0) {
-        take[b] = g.tokens / page_size_;
-        continues[b] = b == g.members.front();
-        continue;
+      // The leader of the group that takes from the kept prefix fills on
+      // the kept pages' last extent (as the group's leader in the block's
+      // memory, referenced_pages); the members take them too when they are
+      // the group's whole prefix, else the leader computes the rest of it.
+      const bool leader = b == g.members.front();
+      if (takes && (leader || computed_[i] == 0)) {
+        take[b] = from_kept_.pages;
+        continues[b] = leader;
       }
+      if (computed_[i] == 0) continue;
       st_[b].shared = g.tokens;
-      if (b != g.members.front()) st_[b].leader = static_cast<int32_t>(g.members.front());
+      if (!leader) st_[b].leader = static_cast<int32_t>(g.members.front());
     }
     if (computed_[i] != 0) prefix_step_ = true;
   }
@@ -96,8 +114,8 @@ void BlockState::start(std::span<const SeqInput> seqs, bool all_rows) {
     st_[b].kv = kv_.add_sequence();
     if (take[b] > 0) {
       kv_.share_prefix(st_[b].kv, kept_, take[b]);
-      // As the group's leader in the block's memory (referenced_pages).
       if (continues[b] != 0) kv_.continue_extent(st_[b].kv, kept_);
+      st_[b].taken = take[b] * page_size_;
       taken_.tokens += take[b] * page_size_;
       taken_.pages += take[b];
     }
@@ -120,8 +138,9 @@ BlockState::Reused BlockState::end_prefix_step() {
       kv_.share_prefix(s.kv, st_[static_cast<size_t>(s.leader)].kv, pages);
       reused.tokens += s.shared;
       reused.pages += pages;
-    } else {
-      reused.computed += s.shared;  // a leader's prefix (0 outside a group)
+    } else if (s.shared > 0) {
+      // A leader's prefix, less what it took from the kept prefix.
+      reused.computed += s.shared - s.taken;
     }
     mbs_[b / static_cast<size_t>(gpu_batch_size_)].members.push_back(static_cast<int32_t>(b));
   }
@@ -197,11 +216,13 @@ bool BlockState::begin_step(int32_t step) {
     for (const int32_t b : m.members) {
       SeqState& s = st_[static_cast<size_t>(b)];
       const std::span<const int32_t> prompt(seqs_[static_cast<size_t>(b)].prompt);
-      // A prefix step computes the shared prefix, the prefill what of the
-      // prompt the KV sequence does not hold yet.
+      // A prefix step computes the shared prefix, the prefill the rest of
+      // the prompt: each what the KV sequence does not hold yet (a leader
+      // may hold the first pages of its prefix, taken from the kept one).
+      const auto held = static_cast<size_t>(kv_.length(s.kv));
       const std::span<const int32_t> toks =
-          step < prefill    ? prompt.first(static_cast<size_t>(s.shared))
-          : step == prefill ? prompt.subspan(static_cast<size_t>(kv_.length(s.kv)))
+          step < prefill    ? prompt.first(static_cast<size_t>(s.shared)).subspan(held)
+          : step == prefill ? prompt.subspan(held)
                             : std::span<const int32_t>(s.fed);
       const int64_t n_new = static_cast<int64_t>(toks.size());
       // A row per token when scoring, and per fed token of a decode step.

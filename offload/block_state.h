@@ -66,15 +66,18 @@ class BlockState {
   // begin with the same whole KV pages compute and store them once. A
   // prefix is also kept across blocks: after a prefix step one computed
   // group's prefix pages (group_to_keep) stay in a KV sequence of their own,
-  // and the next block's group with that same prefix takes them at start()
-  // instead of computing them (its pages on disk stay in their slots: the
-  // engine lets it go before a block that would lay the KV file out anew,
-  // KvCache::disk_layout_holds).
+  // and the next block's group whose prefix begins with them takes them at
+  // start() instead of computing them (take_from_kept: all of its prefix,
+  // or the first pages of it, its leader computing the rest in the prefix
+  // step); its pages on disk stay in their slots: the engine lets it go
+  // before a block that would lay the KV file out anew,
+  // KvCache::disk_layout_holds.
   void set_prefix_sharing(bool on);
   // Groups the prompts of the next block, `seqs` (find_prefix_groups; none
-  // without sharing or when scoring), and lets the kept prefix go unless a
-  // group has it: before the block's memory is checked (the kept pages count
-  // as that group's leader's, kv_block_needs). start() runs on these groups.
+  // without sharing or when scoring), and lets the kept prefix go (or the
+  // pages of it that no group takes): before the block's memory is checked
+  // (the kept pages count as the taking group's leader's, kv_block_needs).
+  // start() runs on these groups.
   void group(std::span<const SeqInput> seqs, bool all_rows);
   const std::vector<PrefixGroup>& groups() const { return groups_; }
   void forget_kept_prefix();
@@ -99,7 +102,8 @@ class BlockState {
   // leader's prefix pages and join the micro-batches. Returns the prompt
   // tokens they took from shared prefixes instead of computing them, the
   // KV pages (of every layer) they did not store, and the tokens the prefix
-  // step computed (each group's prefix once, by its leader).
+  // step computed (each group's prefix once, by its leader, less what the
+  // leader took from the kept prefix).
   struct Reused {
     int64_t tokens = 0, pages = 0, computed = 0;
   };
@@ -148,6 +152,7 @@ class BlockState {
     int32_t produced = 0;      // tokens produced so far (kept by the caller)
     int64_t shared = 0;        // tokens of its prompt in a shared prefix
     int32_t leader = -1;       // block index of the sequence whose prefix pages it takes
+    int64_t taken = 0;         // tokens of its prompt taken from the kept prefix
     bool stale_minmax = false;  // rejected drafts' keys were folded into its last page's min/max
   };
   // How many of `wanted` draft tokens sequence b is fed next: at most
@@ -166,10 +171,12 @@ class BlockState {
   bool keep_ = false;                 // keep a prefix across blocks
   int32_t kept_ = -1;                 // the KV sequence holding its pages
   std::vector<int32_t> kept_tokens_;  // its tokens
-  // The groups of the block's prompts (group()), and whether each computes
-  // its prefix (1) or takes the kept one (0).
+  // The groups of the block's prompts (group()), whether each computes
+  // its prefix or part of it (1) or takes it all from the kept one (0), and
+  // which takes pages from the kept one.
   std::vector<PrefixGroup> groups_;
   std::vector<uint8_t> computed_;  // [group]
+  KeptTake from_kept_;
   const SeqInput* grouped_ = nullptr;  // the prompts group() grouped
   Reused taken_;
   uint64_t kv_attended_ = 0, kv_skipped_ = 0;

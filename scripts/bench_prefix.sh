@@ -9,6 +9,13 @@
 #   page: 256-token prompts sharing one 16-token page (a short chat header:
 #         what the extra prefix step costs where little is shared)
 #   none: 256-token prompts sharing nothing (sharing changes nothing there)
+#   docs: a prompt file through `strata generate`: one system prompt (an
+#         instruction and 150 words of a licence), then one of four
+#         documents (450 words of another licence each), then one of 16
+#         questions; blocks of BATCH: each document's group is a block, the
+#         first computes the system prompt and its document, the others take
+#         the system prompt's pages kept from the block before and compute
+#         only their document (one run each, not the median of 2)
 # Per workload and placement it prints total tokens/s with and without
 # sharing, their ratio, prompt tokens submitted and computed, and the KV
 # bytes not stored again.
@@ -30,7 +37,7 @@ batch="${BATCH:-16}"
 gen="${GEN:-32}"
 places="${PLACES:-ram disk}"
 compute="${COMPUTE:-f32}"
-workloads="${WORKLOADS:-a b c page none}"
+workloads="${WORKLOADS:-a b c page none docs}"
 
 if [[ ! -d "$build" ]]; then
   echo "bench_prefix: no build directory $build; run scripts/build.sh or pass one" >&2
@@ -54,17 +61,44 @@ for work in $workloads; do
     c) shared=3072 len=3104 ;;
     page) shared=16 len=256 ;;
     none) shared=0 len=256 ;;
-    *) echo "bench_prefix: unknown workload $work (a, b, c, page, none)" >&2; exit 1 ;;
+    docs) python3 - "$out/docs.jsonl" <<'PY'
+import json, sys
+def words(name, n, skip):
+    text = open(f"/usr/share/common-licenses/{name}", encoding="utf-8", errors="replace").read()
+    return " ".join(text.split()[skip:skip + n])
+system = "You are a careful legal assistant. Answer in one short sentence. " + words("Apache-2.0", 150, 0)
+questions = ["Who may copy it?", "What must be kept?", "Is there a warranty?", "What about patents?",
+             "Can it be sold?", "What is a derivative?", "Who is liable?", "What must a copy include?",
+             "When does it end?", "Can terms change?", "What is source code?", "Is linking allowed?",
+             "What is distribution?", "Who is the licensor?", "Are fees allowed?", "What happens on breach?"]
+with open(sys.argv[1], "w") as f:
+    for d, name in enumerate(["GPL-3", "MPL-2.0", "LGPL-2.1", "Artistic"]):
+        doc = words(name, 450, 100)
+        for q, question in enumerate(questions):
+            prompt = f"{system}\n\nDocument:\n{doc}\n\nQuestion: {question}"
+            f.write(json.dumps({"id": f"d{d}q{q}", "prompt": prompt}) + "\n")
+PY
+      ;;
+    *) echo "bench_prefix: unknown workload $work (a, b, c, page, none, docs)" >&2; exit 1 ;;
   esac
   for place in $places; do
     if [[ $place == ram ]]; then pct=(100 0 100 0 100 0); else pct=(100 0 0 0 100 0); fi
     for mode in on off; do
       flag=()
       [[ $mode == off ]] && flag=(--no-prefix-sharing)
-      "$strata" bench --model "$model" --prompt-len "$len" --shared-prefix "$shared" \
-        --gen-len "$gen" --batch "$batch" --compute-dtype "$compute" --percent "${pct[@]}" \
-        --offload-dir "$out/offload" --warmup 0 --repeats 2 "${flag[@]}" \
-        --report "$out/runs/$work-$place-$mode.json" >/dev/null 2>"$out/runs/$work-$place-$mode.log"
+      run="$out/runs/$work-$place-$mode"
+      if [[ $work == docs ]]; then
+        rm -f "$run.jsonl" "$run.jsonl.partial"
+        "$strata" generate --model "$model" --prompts "$out/docs.jsonl" --output "$run.jsonl" \
+          --max-new-tokens "$gen" --batch-size "$batch" --compute-dtype "$compute" \
+          --percent "${pct[@]}" --offload-dir "$out/offload" "${flag[@]}" \
+          --report "$run.json" >/dev/null 2>"$run.log"
+      else
+        "$strata" bench --model "$model" --prompt-len "$len" --shared-prefix "$shared" \
+          --gen-len "$gen" --batch "$batch" --compute-dtype "$compute" --percent "${pct[@]}" \
+          --offload-dir "$out/offload" --warmup 0 --repeats 2 "${flag[@]}" \
+          --report "$run.json" >/dev/null 2>"$run.log"
+      fi
     done
     python3 - "$out/runs/$work-$place" "$work" "$place" <<'PY'
 import json, sys

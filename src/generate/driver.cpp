@@ -310,7 +310,8 @@ std::function<SharingRates(int64_t)> planned_sharing(std::span<const Job> jobs,
     if (auto it = st->by_size.find(block_size); it != st->by_size.end()) return it->second;
     // As the engine groups a block's prompts (offload/block_state.cpp): each
     // group's prefix is computed once by a prefix step and taken by all its
-    // members, or taken by all from the prefix kept from the block before.
+    // members, or taken by all from the prefix kept from the block before
+    // (or, where it begins with part of that, computed from there on).
     double shared = 0, step_tokens = 0;
     int64_t steps = 0, blocks = 0;
     const auto n = static_cast<int64_t>(st->prompts.size());
@@ -326,13 +327,16 @@ std::function<SharingRates(int64_t)> planned_sharing(std::span<const Job> jobs,
       r.resize(static_cast<size_t>(block_size), std::numeric_limits<int64_t>::max());
       std::sort(r.begin(), r.end(), std::greater<>());
       refs.insert(std::move(r));
+      const KeptTake take = take_from_kept(groups, block, kept, st->page);
       std::vector<uint8_t> computed;
-      for (const PrefixGroup& g : groups) {
-        computed.push_back(has_prefix(g, block, kept) ? 0 : 1);
-        shared += static_cast<double>(g.tokens) * static_cast<double>(g.members.size());
-        if (computed.back() != 0) step_tokens += static_cast<double>(g.tokens);
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const int64_t tokens = groups[g].tokens;
+        computed.push_back(take.computes(groups[g], g, st->page) ? 1 : 0);
+        shared += static_cast<double>(tokens) * static_cast<double>(groups[g].members.size());
+        const int64_t taken = static_cast<int64_t>(g) == take.group ? take.pages * st->page : 0;
+        if (computed.back() != 0) step_tokens += static_cast<double>(tokens - taken);
       }
-      if (std::find(computed.begin(), computed.end(), 0) == computed.end()) kept = {};
+      kept = kept.first(static_cast<size_t>(take.pages * st->page));
       if (std::find(computed.begin(), computed.end(), 1) == computed.end()) continue;
       ++steps;
       const int64_t keep = st->keep ? group_to_keep(groups, computed) : -1;

@@ -89,11 +89,19 @@ int64_t group_to_keep(std::span<const PrefixGroup> groups, std::span<const uint8
   return best;
 }
 
-bool has_prefix(const PrefixGroup& g, std::span<const std::span<const int32_t>> prompts,
-                std::span<const int32_t> held) {
-  if (held.empty() || static_cast<int64_t>(held.size()) != g.tokens) return false;
-  const std::span<const int32_t> p = prompts[g.members.front()];
-  return p.size() >= held.size() && std::equal(held.begin(), held.end(), p.begin());
+KeptTake take_from_kept(std::span<const PrefixGroup> groups,
+                        std::span<const std::span<const int32_t>> prompts,
+                        std::span<const int32_t> held, int64_t page_size) {
+  STRATA_ASSERT(page_size >= 1);
+  KeptTake best;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const PrefixGroup& g = groups[i];
+    const std::span<const int32_t> prefix =
+        prompts[g.members.front()].first(static_cast<size_t>(g.tokens));
+    const int64_t pages = common_tokens(prefix, held) / page_size;
+    if (pages > best.pages) best = {static_cast<int64_t>(i), pages};
+  }
+  return best;
 }
 
 std::vector<size_t> order_for_sharing(std::span<const std::span<const int32_t>> prompts,

@@ -38,14 +38,30 @@ std::vector<int64_t> referenced_pages(std::span<const PrefixGroup> groups, size_
 
 // Prefix sharing across blocks: after a block's prefix step the engine
 // keeps one computed group's prefix pages for the next block, whose group
-// with that same prefix takes them instead of computing them. The one kept:
-// of the groups with computed[i], the one with the most tokens x members
-// (the first of equals); -1 for none.
+// whose prefix begins with them takes them instead of computing them. The
+// one kept: of the groups with computed[i], the one with the most tokens x
+// members (the first of equals); -1 for none.
 int64_t group_to_keep(std::span<const PrefixGroup> groups, std::span<const uint8_t> computed);
-// Whether group g of `prompts` has the kept prefix `held` (its tokens) as
-// its shared prefix.
-bool has_prefix(const PrefixGroup& g, std::span<const std::span<const int32_t>> prompts,
-                std::span<const int32_t> held);
+
+// What the next block takes from the kept prefix `held` (its tokens): the
+// group whose shared prefix begins with the most whole pages of it (the
+// first of equals) takes that many. All of its prefix (pages * page_size ==
+// tokens): every member takes them and the group computes nothing; fewer
+// (a prefix nested in the kept one, e.g. a system prompt before another
+// document): its leader takes them and computes only the rest of the
+// group's prefix. group -1 and pages 0 when no group's prefix begins with a
+// whole page of `held`.
+struct KeptTake {
+  int64_t group = -1;
+  int64_t pages = 0;
+  // Whether group g computes its prefix (or part of it) in a prefix step.
+  bool computes(const PrefixGroup& g, size_t i, int64_t page_size) const {
+    return static_cast<int64_t>(i) != group || pages * page_size < g.tokens;
+  }
+};
+KeptTake take_from_kept(std::span<const PrefixGroup> groups,
+                        std::span<const std::span<const int32_t>> prompts,
+                        std::span<const int32_t> held, int64_t page_size);
 
 // An order of the prompts for forming blocks: longest first (ties in input
 // order), except that the members of a group follow one another (longest

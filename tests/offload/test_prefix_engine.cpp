@@ -140,6 +140,70 @@ TEST_P(PrefixEngine, AKeptPrefixGivesTheRunWithoutSharing) {
   }
 }
 
+// A prefix nested in the kept one: two documents after one system prompt,
+// two questions each, blocks of two in the driver's order (a document's
+// group a block). The second block's group begins with the first block's
+// kept prefix for the system prompt's whole pages only: its leader takes
+// those and computes the rest of its prefix (the kept pages after them go
+// before the block), so the prefix steps compute the system prompt once;
+// the plan counts the same, and the tokens and logits are those of the
+// run without sharing, with the KV in RAM, on disk and split.
+TEST_P(PrefixEngine, APrefixNestedInTheKeptOneComputesOnlyItsRest) {
+  const Fixture f = load(GetParam());
+  TempDir dir("prefix-nested");
+  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<int32_t>& sys = f.prompts[2];
+  const std::vector<int32_t> doc_a = cat(sys, cat(f.prompts[4], f.prompts[4]));
+  const std::vector<int32_t> doc_b = cat(sys, cat(f.prompts[7], f.prompts[4]));
+  const std::vector<std::vector<int32_t>> prompts = {
+      cat(doc_a, f.prompts[0]), cat(doc_b, f.prompts[5]), cat(doc_a, f.prompts[5]),
+      cat(doc_b, f.prompts[0])};
+  const std::vector<Job> jobs = jobs_of(prompts);
+  const int64_t ps = 4;
+  const std::vector<std::vector<int32_t>> in_order = in_block_order(jobs, prompts, 2, ps);
+  // Each block one group; the second's prefix shares only the system
+  // prompt's whole pages (and the documents' first token) with the first's.
+  std::vector<int64_t> prefix;
+  for (size_t b = 0; b < 4; b += 2) {
+    const std::vector<std::span<const int32_t>> block{in_order[b], in_order[b + 1]};
+    const std::vector<PrefixGroup> groups = find_prefix_groups(block, ps);
+    ASSERT_EQ(groups.size(), 1u);
+    prefix.push_back(groups[0].tokens);
+  }
+  const auto [a, b] =
+      std::mismatch(in_order[0].begin(), in_order[0].end(), in_order[2].begin(), in_order[2].end());
+  const int64_t nested = (a - in_order[0].begin()) / ps;
+  ASSERT_GE(nested, 1);
+  ASSERT_LT(nested * ps, prefix[1]);
+  const int64_t step_tokens = prefix[0] + prefix[1] - nested * ps;
+  const auto all = [](size_t) { return false; };
+  const SharingRates planned = planned_sharing(jobs, all, ps)(2);
+  EXPECT_DOUBLE_EQ(planned.prefix_steps, 1.0);
+  EXPECT_DOUBLE_EQ(planned.prefix_step_tokens, static_cast<double>(step_tokens) / 2);
+  for (const double kv_ram : {1.0, 0.0, 0.5}) {
+    const std::string what = f.name + " KV in RAM " + std::to_string(kv_ram);
+    EngineOptions o = fixture_options(f, 2, 1, dir.path);  // sharing off
+    ASSERT_EQ(o.page_size, ps);
+    o.placement.set(DataKind::kKv, 0, kv_ram);
+    const GenRun ref = generate(*make_engine(*f.model, o), in_order);
+    o.prefix_sharing = true;
+    const GenRun got = generate(*make_engine(*f.model, o), in_order);
+    expect_same_tokens_close_logits(f.model->config(), ref, got, what);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_EQ(got.stats.prefix_steps, 2) << what;
+    EXPECT_EQ(got.stats.prefix_step_tokens, step_tokens) << what;
+    EXPECT_EQ(got.stats.reused_prompt_tokens + got.stats.prefix_step_tokens,
+              2 * (prefix[0] + prefix[1]))
+        << what;
+    const SharingRates measured = measured_sharing(got.stats, 4);
+    EXPECT_DOUBLE_EQ(measured.prefix_step_tokens, planned.prefix_step_tokens) << what;
+    EXPECT_DOUBLE_EQ(measured.shared_tokens, planned.shared_tokens) << what;
+  }
+}
+
 // A kept prefix whose pages are on disk stays only while the KV file keeps
 // its layout: blocks of two, the second's prompts (the same preamble, then
 // longer own parts) need more disk slots than the first's file has, so the
