@@ -56,16 +56,16 @@ void BlockState::group(std::span<const SeqInput> seqs, bool all_rows) {
       computed_.push_back(from_kept_.computes(groups_[i], i, page_size_) ? 1 : 0);
     }
   }
-  if (from_kept_.pages == 0) {
+  if (from_kept_.most == 0) {
     forget_kept_prefix();
-  } else if (from_kept_.pages * page_size_ < static_cast<int64_t>(kept_tokens_.size())) {
+  } else if (from_kept_.most * page_size_ < static_cast<int64_t>(kept_tokens_.size())) {
     // Only its first pages are taken: the rest go now, so that the block's
-    // memory counts the kept pages as the taking group's leader's.
+    // memory counts the kept pages as the taking groups' leaders'.
     const int32_t shorter = kv_.add_sequence();
-    kv_.share_prefix(shorter, kept_, from_kept_.pages);
+    kv_.share_prefix(shorter, kept_, from_kept_.most);
     kv_.remove_sequence(kept_);
     kept_ = shorter;
-    kept_tokens_.resize(static_cast<size_t>(from_kept_.pages * page_size_));
+    kept_tokens_.resize(static_cast<size_t>(from_kept_.most * page_size_));
   }
 }
 
@@ -93,16 +93,17 @@ void BlockState::start(std::span<const SeqInput> seqs, bool all_rows) {
   if (kept_ >= 0) kv_.settle(kept_);
   for (size_t i = 0; i < groups_.size(); ++i) {
     const PrefixGroup& g = groups_[i];
-    const bool takes = static_cast<int64_t>(i) == from_kept_.group;
+    const int64_t pages = from_kept_.taken(i);
     for (const size_t b : g.members) {
-      // The leader of the group that takes from the kept prefix fills on
-      // the kept pages' last extent (as the group's leader in the block's
-      // memory, referenced_pages); the members take them too when they are
-      // the group's whole prefix, else the leader computes the rest of it.
+      // A group's leader takes what it takes of the kept prefix (and the
+      // first taking the most fills on the kept pages' last extent, as
+      // that group's leader in the block's memory, referenced_pages); the
+      // members take them too when they are the group's whole prefix, else
+      // the leader computes the rest of it.
       const bool leader = b == g.members.front();
-      if (takes && (leader || computed_[i] == 0)) {
-        take[b] = from_kept_.pages;
-        continues[b] = leader;
+      if (pages > 0 && (leader || computed_[i] == 0)) {
+        take[b] = pages;
+        continues[b] = leader && static_cast<int64_t>(i) == from_kept_.extends;
       }
       if (computed_[i] == 0) continue;
       st_[b].shared = g.tokens;

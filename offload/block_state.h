@@ -66,9 +66,9 @@ class BlockState {
   // begin with the same whole KV pages compute and store them once. A
   // prefix is also kept across blocks: after a prefix step one computed
   // group's prefix pages (group_to_keep) stay in a KV sequence of their own,
-  // and the next block's group whose prefix begins with them takes them at
-  // start() instead of computing them (take_from_kept: all of its prefix,
-  // or the first pages of it, its leader computing the rest in the prefix
+  // and the next block's groups whose prefixes begin with them take them
+  // at start() instead of computing them (take_from_kept: all of a group's
+  // prefix, or its first pages, its leader computing the rest in the prefix
   // step); its pages on disk stay in their slots: the engine lets it go
   // before a block that would lay the KV file out anew,
   // KvCache::disk_layout_holds.
@@ -173,7 +173,7 @@ class BlockState {
   std::vector<int32_t> kept_tokens_;  // its tokens
   // The groups of the block's prompts (group()), whether each computes
   // its prefix or part of it (1) or takes it all from the kept one (0), and
-  // which takes pages from the kept one.
+  // what each takes from the kept one.
   std::vector<PrefixGroup> groups_;
   std::vector<uint8_t> computed_;  // [group]
   KeptTake from_kept_;

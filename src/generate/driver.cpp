@@ -333,10 +333,10 @@ std::function<SharingRates(int64_t)> planned_sharing(std::span<const Job> jobs,
         const int64_t tokens = groups[g].tokens;
         computed.push_back(take.computes(groups[g], g, st->page) ? 1 : 0);
         shared += static_cast<double>(tokens) * static_cast<double>(groups[g].members.size());
-        const int64_t taken = static_cast<int64_t>(g) == take.group ? take.pages * st->page : 0;
+        const int64_t taken = take.taken(g) * st->page;
         if (computed.back() != 0) step_tokens += static_cast<double>(tokens - taken);
       }
-      kept = kept.first(static_cast<size_t>(take.pages * st->page));
+      kept = kept.first(static_cast<size_t>(take.most * st->page));
       if (std::find(computed.begin(), computed.end(), 1) == computed.end()) continue;
       ++steps;
       const int64_t keep = st->keep ? group_to_keep(groups, computed) : -1;

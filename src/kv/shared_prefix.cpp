@@ -93,15 +93,19 @@ KeptTake take_from_kept(std::span<const PrefixGroup> groups,
                         std::span<const std::span<const int32_t>> prompts,
                         std::span<const int32_t> held, int64_t page_size) {
   STRATA_ASSERT(page_size >= 1);
-  KeptTake best;
+  KeptTake t;
+  if (held.empty()) return t;
   for (size_t i = 0; i < groups.size(); ++i) {
     const PrefixGroup& g = groups[i];
     const std::span<const int32_t> prefix =
         prompts[g.members.front()].first(static_cast<size_t>(g.tokens));
-    const int64_t pages = common_tokens(prefix, held) / page_size;
-    if (pages > best.pages) best = {static_cast<int64_t>(i), pages};
+    t.pages.push_back(common_tokens(prefix, held) / page_size);
+    if (t.pages.back() > t.most) {
+      t.most = t.pages.back();
+      t.extends = static_cast<int64_t>(i);
+    }
   }
-  return best;
+  return t;
 }
 
 std::vector<size_t> order_for_sharing(std::span<const std::span<const int32_t>> prompts,

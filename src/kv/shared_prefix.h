@@ -43,20 +43,22 @@ std::vector<int64_t> referenced_pages(std::span<const PrefixGroup> groups, size_
 // members (the first of equals); -1 for none.
 int64_t group_to_keep(std::span<const PrefixGroup> groups, std::span<const uint8_t> computed);
 
-// What the next block takes from the kept prefix `held` (its tokens): the
-// group whose shared prefix begins with the most whole pages of it (the
-// first of equals) takes that many. All of its prefix (pages * page_size ==
-// tokens): every member takes them and the group computes nothing; fewer
-// (a prefix nested in the kept one, e.g. a system prompt before another
-// document): its leader takes them and computes only the rest of the
-// group's prefix. group -1 and pages 0 when no group's prefix begins with a
-// whole page of `held`.
+// What the next block takes from the kept prefix `held` (its tokens): each
+// group the whole pages of it that its shared prefix begins with. A group
+// whose whole prefix that is computes nothing (every member takes them);
+// one with fewer (a prefix nested in the kept one, e.g. a system prompt
+// before another document) has its leader take them and compute the rest
+// of its prefix. The leader of the first group taking the most pages fills
+// its own pages on in the extent the kept pages end in
+// (KvCache::continue_extent); the kept pages after the most go.
 struct KeptTake {
-  int64_t group = -1;
-  int64_t pages = 0;
-  // Whether group g computes its prefix (or part of it) in a prefix step.
+  std::vector<int64_t> pages;  // [group], or empty: nothing kept
+  int64_t most = 0;            // the most pages a group takes
+  int64_t extends = -1;        // the first group taking `most` (-1 when 0)
+  int64_t taken(size_t group) const { return pages.empty() ? 0 : pages[group]; }
+  // Whether group i, `g`, computes its prefix (or part of it) in a prefix step.
   bool computes(const PrefixGroup& g, size_t i, int64_t page_size) const {
-    return static_cast<int64_t>(i) != group || pages * page_size < g.tokens;
+    return taken(i) * page_size < g.tokens;
   }
 };
 KeptTake take_from_kept(std::span<const PrefixGroup> groups,

@@ -78,46 +78,52 @@ TEST(SharedPrefix, AGroupsPromptsFollowOneAnother) {
   EXPECT_EQ(order_for_sharing(spans(p), 4), (std::vector<size_t>{1, 2, 0, 4, 3}));
 }
 
-// What a block takes from the prefix kept from the block before: the group
-// whose prefix begins with the most whole pages of it; all of them when
-// they are its whole prefix (the group computes nothing), else its leader
-// computes the rest. A group sharing less than a page with it takes none.
-TEST(SharedPrefix, AGroupTakesTheWholePagesItsPrefixBeginsWithFromTheKeptOne) {
+// What a block takes from the prefix kept from the block before: each
+// group the whole pages of it its prefix begins with; a group whose whole
+// prefix that is computes nothing, the others the rest of theirs; the
+// first group taking the most continues the kept pages' extent. A group
+// sharing less than a page with it takes none.
+TEST(SharedPrefix, GroupsTakeTheWholePagesTheirPrefixesBeginWithFromTheKeptOne) {
   const std::vector<int32_t> sys = seq(100, 9);  // 2 whole pages of 4, and 1 token
   const std::vector<int32_t> doc = cat(sys, seq(300, 12));
-  const Prompts p{
-      cat(doc, {1}),       cat(doc, {2}),      cat(seq(100, 3), {7, 8}), cat(seq(100, 3), {7, 9}),
-      cat(seq(0, 8), {1}), cat(seq(0, 8), {2})};
+  const std::vector<int32_t> note = cat(seq(100, 4), seq(700, 9));  // sys's first page only
+  const Prompts p{cat(doc, {1}),  cat(doc, {2}),       cat(note, {8}),
+                  cat(note, {9}), cat(seq(0, 8), {1}), cat(seq(0, 8), {2})};
   const auto groups = find_prefix_groups(spans(p), 4);
   ASSERT_EQ(groups.size(), 3u);
-  ASSERT_EQ(groups[2].members, (std::vector<size_t>{0, 1}));
-  ASSERT_EQ(groups[2].tokens, 20);
-  ASSERT_EQ(groups[1].members, (std::vector<size_t>{2, 3}));  // shares 3 tokens with sys
+  ASSERT_EQ(groups[1].members, (std::vector<size_t>{0, 1}));
+  ASSERT_EQ(groups[1].tokens, 20);
+  ASSERT_EQ(groups[2].members, (std::vector<size_t>{2, 3}));
+  ASSERT_EQ(groups[2].tokens, 12);
   auto first = [](const std::vector<int32_t>& v, size_t n) {
     return std::vector<int32_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
   };
-  // The system prompt before another document: its 2 whole pages.
-  const std::vector<int32_t> other = first(cat(sys, seq(200, 12)), 20);
-  KeptTake t = take_from_kept(groups, spans(p), other, 4);
-  EXPECT_EQ(t.group, 2);
-  EXPECT_EQ(t.pages, 2);
-  EXPECT_TRUE(t.computes(groups[2], 2, 4)) << "it computes its last 12 prefix tokens";
-  EXPECT_TRUE(t.computes(groups[1], 1, 4));
-  // The group's own prefix, and a longer one that begins with it: all of it.
+  // The system prompt before another document: the first group its 2
+  // whole pages, the second its first page; both compute the rest.
+  KeptTake t = take_from_kept(groups, spans(p), first(cat(sys, seq(200, 12)), 20), 4);
+  EXPECT_EQ(t.pages, (std::vector<int64_t>{0, 2, 1}));
+  EXPECT_EQ(t.most, 2);
+  EXPECT_EQ(t.extends, 1);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(t.computes(groups[i], i, 4)) << i;
+  // A group's own prefix, and a longer one that begins with it: all of it.
   for (const size_t n : {20, 24}) {
     t = take_from_kept(groups, spans(p), first(cat(p[0], {5, 6}), n), 4);
-    EXPECT_EQ(t.group, 2) << n;
-    EXPECT_EQ(t.pages, 5) << n;
-    EXPECT_FALSE(t.computes(groups[2], 2, 4)) << n;
-    EXPECT_TRUE(t.computes(groups[0], 0, 4)) << n;
+    EXPECT_EQ(t.pages, (std::vector<int64_t>{0, 5, 1})) << n;
+    EXPECT_EQ(t.extends, 1) << n;
+    EXPECT_FALSE(t.computes(groups[1], 1, 4)) << n;
+    EXPECT_TRUE(t.computes(groups[2], 2, 4)) << n;
   }
-  // Less than a whole page in common with every group: nothing.
+  t = take_from_kept(groups, spans(p), first(p[2], 12), 4);
+  EXPECT_EQ(t.pages, (std::vector<int64_t>{0, 1, 3}));
+  EXPECT_EQ(t.extends, 2);
+  EXPECT_FALSE(t.computes(groups[2], 2, 4));
+  // Less than a whole page in common with every group, or nothing kept.
   t = take_from_kept(groups, spans(p), seq(100, 3), 4);
-  EXPECT_EQ(t.group, -1);
-  EXPECT_EQ(t.pages, 0);
-  t = take_from_kept(groups, spans(p), seq(500, 8), 4);
-  EXPECT_EQ(t.group, -1);
-  EXPECT_TRUE(t.computes(groups[2], 2, 4));
+  EXPECT_EQ(t.most, 0);
+  EXPECT_EQ(t.extends, -1);
+  t = take_from_kept(groups, spans(p), {}, 4);
+  EXPECT_EQ(t.most, 0);
+  EXPECT_TRUE(t.computes(groups[1], 1, 4));
 }
 
 }  // namespace

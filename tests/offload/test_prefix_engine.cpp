@@ -204,6 +204,68 @@ TEST_P(PrefixEngine, APrefixNestedInTheKeptOneComputesOnlyItsRest) {
   }
 }
 
+// Several groups of a block take from the kept prefix: blocks of four, the
+// first a document's two questions (its group kept; the longest prompts,
+// so that the KV file the first block lays out holds the second's) and two
+// prompts in no group, the second two other documents' two questions each,
+// both groups
+// beginning with the system prompt's whole pages of the kept prefix: each
+// leader takes those and computes the rest of its prefix, and the tokens
+// and logits are those of the run without sharing.
+TEST_P(PrefixEngine, SeveralGroupsTakeTheirPagesOfTheKeptPrefix) {
+  const Fixture f = load(GetParam());
+  TempDir dir("prefix-nested-groups");
+  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<int32_t>& sys = f.prompts[2];
+  const std::vector<int32_t> doc_a = cat(sys, cat(f.prompts[4], cat(f.prompts[7], f.prompts[5])));
+  const std::vector<int32_t> doc_b = cat(sys, cat(f.prompts[7], f.prompts[4]));
+  const std::vector<int32_t> doc_c = cat(sys, cat(f.prompts[5], f.prompts[4]));
+  const std::vector<std::vector<int32_t>> prompts = {cat(doc_a, f.prompts[0]),
+                                                     cat(doc_a, f.prompts[5]),
+                                                     f.prompts[3],
+                                                     f.prompts[6],
+                                                     cat(doc_b, f.prompts[0]),
+                                                     cat(doc_b, f.prompts[5]),
+                                                     cat(doc_c, f.prompts[0]),
+                                                     cat(doc_c, f.prompts[5])};
+  const int64_t ps = 4;
+  std::vector<std::span<const int32_t>> first(prompts.begin(), prompts.begin() + 4);
+  std::vector<std::span<const int32_t>> second(prompts.begin() + 4, prompts.end());
+  const std::vector<PrefixGroup> g1 = find_prefix_groups(first, ps);
+  const std::vector<PrefixGroup> g2 = find_prefix_groups(second, ps);
+  ASSERT_EQ(g1.size(), 1u);
+  ASSERT_EQ(g2.size(), 2u);
+  const std::span<const int32_t> kept = first[0].first(static_cast<size_t>(g1[0].tokens));
+  const KeptTake take = take_from_kept(g2, second, kept, ps);
+  ASSERT_EQ(take.pages.size(), 2u);
+  ASSERT_GE(take.pages[0], 1);
+  ASSERT_GE(take.pages[1], 1);
+  int64_t step_tokens = g1[0].tokens;
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_LT(take.pages[i] * ps, g2[i].tokens);
+    step_tokens += g2[i].tokens - take.pages[i] * ps;
+  }
+  for (const auto& [g, k] : {std::pair<int64_t, int64_t>{4, 1}, {2, 2}}) {
+    for (const double kv_ram : {1.0, 0.0, 0.5}) {
+      const std::string what = f.name + " block " + std::to_string(g) + "x" + std::to_string(k) +
+                               " KV in RAM " + std::to_string(kv_ram);
+      EngineOptions o = fixture_options(f, g, k, dir.path);  // sharing off
+      ASSERT_EQ(o.page_size, ps);
+      o.placement.set(DataKind::kKv, 0, kv_ram);
+      const GenRun ref = generate(*make_engine(*f.model, o), prompts);
+      o.prefix_sharing = true;
+      const GenRun got = generate(*make_engine(*f.model, o), prompts);
+      expect_same_tokens_close_logits(f.model->config(), ref, got, what);
+      if (::testing::Test::HasFatalFailure()) return;
+      EXPECT_EQ(got.stats.prefix_steps, 2) << what;
+      EXPECT_EQ(got.stats.prefix_step_tokens, step_tokens) << what;
+    }
+  }
+}
+
 // A kept prefix whose pages are on disk stays only while the KV file keeps
 // its layout: blocks of two, the second's prompts (the same preamble, then
 // longer own parts) need more disk slots than the first's file has, so the
