@@ -76,7 +76,7 @@ class BlockState {
   // Groups the prompts of the next block, `seqs` (find_prefix_groups; none
   // without sharing or when scoring), and lets the kept prefix go (or the
   // pages of it that no group takes): before the block's memory is checked
-  // (the kept pages count as the taking group's leader's, kv_block_needs).
+  // (the kept pages count as the taking groups' leaders', kv_block_needs).
   // start() runs on these groups.
   void group(std::span<const SeqInput> seqs, bool all_rows);
   const std::vector<PrefixGroup>& groups() const { return groups_; }

@@ -22,6 +22,7 @@
 #
 #   scripts/bench_prefix.sh [BUILD_DIR]
 #   MODEL=models/other.gguf BATCH=8 GEN=16 PLACES=ram scripts/bench_prefix.sh
+#   MODEL=models/bench-prefix-llama scripts/bench_prefix.sh   # a model directory too
 #
 # Defaults: the demo model, batch 16 (one block of 16 prompts), 32 new
 # tokens, f32 compute, both placements, the median of 2 runs. Needs an
@@ -43,7 +44,7 @@ if [[ ! -d "$build" ]]; then
   echo "bench_prefix: no build directory $build; run scripts/build.sh or pass one" >&2
   exit 1
 fi
-if [[ ! -f "$model" ]]; then
+if [[ ! -e "$model" ]]; then
   echo "bench_prefix: no model at $model; run scripts/fetch-demo-model.sh" >&2
   exit 1
 fi

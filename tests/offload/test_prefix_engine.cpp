@@ -54,6 +54,16 @@ std::vector<Row> in_block_order(const std::vector<Job>& jobs, const std::vector<
   return out;
 }
 
+// The runs of `prompts` without prefix sharing and with it, `o` otherwise.
+std::pair<GenRun, GenRun> without_and_with_sharing(
+    const Fixture& f, EngineOptions o, const std::vector<std::vector<int32_t>>& prompts) {
+  o.prefix_sharing = false;
+  GenRun ref = generate(*make_engine(*f.model, o), prompts);
+  o.prefix_sharing = true;
+  GenRun got = generate(*make_engine(*f.model, o), prompts);
+  return {std::move(ref), std::move(got)};
+}
+
 TEST_P(PrefixEngine, SharingGivesTheTokensOfTheRunWithout) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix");
@@ -69,9 +79,7 @@ TEST_P(PrefixEngine, SharingGivesTheTokensOfTheRunWithout) {
         EngineOptions o = fixture_options(f, g, k, dir.path);  // sharing off
         o.kv_dtype = kv;
         o.placement.set(DataKind::kKv, 0, kv_ram);
-        const GenRun ref = generate(*make_engine(*f.model, o), prompts);
-        o.prefix_sharing = true;
-        const GenRun got = generate(*make_engine(*f.model, o), prompts);
+        const auto [ref, got] = without_and_with_sharing(f, o, prompts);
         if (kv == DType::kF32) {
           expect_same_tokens_close_logits(f.model->config(), ref, got, what);
         } else {
@@ -129,9 +137,7 @@ TEST_P(PrefixEngine, AKeptPrefixGivesTheRunWithoutSharing) {
     EngineOptions o = fixture_options(f, 2, 1, dir.path);  // sharing off
     ASSERT_EQ(o.page_size, 4);
     o.placement.set(DataKind::kKv, 0, kv_ram);
-    const GenRun ref = generate(*make_engine(*f.model, o), in_order);
-    o.prefix_sharing = true;
-    const GenRun got = generate(*make_engine(*f.model, o), in_order);
+    const auto [ref, got] = without_and_with_sharing(f, o, in_order);
     expect_same_tokens_close_logits(f.model->config(), ref, got, what);
     EXPECT_DOUBLE_EQ(measured_sharing(got.stats, static_cast<int64_t>(prompts.size())).prefix_steps,
                      kept_steps)
@@ -188,9 +194,7 @@ TEST_P(PrefixEngine, APrefixNestedInTheKeptOneComputesOnlyItsRest) {
     EngineOptions o = fixture_options(f, 2, 1, dir.path);  // sharing off
     ASSERT_EQ(o.page_size, ps);
     o.placement.set(DataKind::kKv, 0, kv_ram);
-    const GenRun ref = generate(*make_engine(*f.model, o), in_order);
-    o.prefix_sharing = true;
-    const GenRun got = generate(*make_engine(*f.model, o), in_order);
+    const auto [ref, got] = without_and_with_sharing(f, o, in_order);
     expect_same_tokens_close_logits(f.model->config(), ref, got, what);
     if (::testing::Test::HasFatalFailure()) return;
     EXPECT_EQ(got.stats.prefix_steps, 2) << what;
@@ -255,9 +259,7 @@ TEST_P(PrefixEngine, SeveralGroupsTakeTheirPagesOfTheKeptPrefix) {
       EngineOptions o = fixture_options(f, g, k, dir.path);  // sharing off
       ASSERT_EQ(o.page_size, ps);
       o.placement.set(DataKind::kKv, 0, kv_ram);
-      const GenRun ref = generate(*make_engine(*f.model, o), prompts);
-      o.prefix_sharing = true;
-      const GenRun got = generate(*make_engine(*f.model, o), prompts);
+      const auto [ref, got] = without_and_with_sharing(f, o, prompts);
       expect_same_tokens_close_logits(f.model->config(), ref, got, what);
       if (::testing::Test::HasFatalFailure()) return;
       EXPECT_EQ(got.stats.prefix_steps, 2) << what;
@@ -288,9 +290,7 @@ TEST_P(PrefixEngine, AKeptPrefixGoesBeforeABlockThatNeedsALargerKvFile) {
     const std::string what = f.name + " KV in RAM " + std::to_string(kv_ram);
     EngineOptions o = fixture_options(f, 2, 1, dir.path);
     o.placement.set(DataKind::kKv, 0, kv_ram);
-    const GenRun ref = generate(*make_engine(*f.model, o), prompts);
-    o.prefix_sharing = true;
-    const GenRun got = generate(*make_engine(*f.model, o), prompts);
+    const auto [ref, got] = without_and_with_sharing(f, o, prompts);
     expect_same_tokens_close_logits(f.model->config(), ref, got, what);
     EXPECT_EQ(got.stats.prefix_steps, kv_ram == 1.0 ? 1 : 2) << what;
   }
