@@ -18,11 +18,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -185,6 +187,83 @@ TEST_F(CrashResume, TornLastLineIsDroppedWithAWarning) {
   EXPECT_NE(r.err.find("[warning]"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("dropping an incomplete last line"), std::string::npos) << r.err;
   EXPECT_EQ(read_text(dir.file("out.jsonl")), want_);
+}
+
+// Prompts sharing a preamble (a whole page of it and more), in blocks of
+// two: each block takes the preamble's pages kept from the block before (in
+// RAM, or on disk). Killed at random moments and resumed, the output is
+// that of an uninterrupted run without prefix sharing, byte for byte.
+TEST(CrashResumeSharing, KilledAndResumedGivesTheRecordsOfARunWithoutSharing) {
+  // Longer runs than generate_args' (48 new tokens, 20 prompts), so that
+  // the kills land in the generation as often as in the start.
+  constexpr int kN = 20;
+  auto args_of = [](const ScratchDir& d, bool kv_on_disk) {
+    std::vector<std::string> a = generate_args(d, kv_on_disk);
+    *(std::find(a.begin(), a.end(), "--max-new-tokens") + 1) = "48";
+    return a;
+  };
+  std::string p;
+  std::istringstream lines(prompts(kN));
+  for (std::string line; std::getline(lines, line);) {
+    p += "once upon a time there was a dog who ran far away and the cat sat on a mat, " + line +
+         "\n";
+  }
+  for (const bool kv_on_disk : {false, true}) {
+    ScratchDir ref, dir;
+    write_text(ref.file("p.txt"), p);
+    write_text(dir.file("p.txt"), p);
+    std::vector<std::string> args = args_of(ref, kv_on_disk);
+    args.push_back("--no-prefix-sharing");
+    auto r = run_strata(args, ref.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string want = read_text(ref.file("out.jsonl"));
+    // Uninterrupted with sharing: the same bytes, and the blocks after the
+    // first took the preamble kept from the block before.
+    ScratchDir once;
+    write_text(once.file("p.txt"), p);
+    args = args_of(once, kv_on_disk);
+    args.insert(args.end(), {"--report", once.file("report.json")});
+    r = run_strata(args, once.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(read_text(once.file("out.jsonl")), want) << "KV on disk " << kv_on_disk;
+    const auto report = nlohmann::json::parse(read_text(once.file("report.json")));
+    EXPECT_GT(report["prefix_reused_tokens"].get<int64_t>(), 0) << report;
+    EXPECT_EQ(report["prefix_steps"].get<int64_t>(), 1) << report;
+    // How long a run takes once the pack is there: the kills land within it.
+    fs::remove(once.file("out.jsonl"));
+    const auto start = std::chrono::steady_clock::now();
+    r = run_strata(args, once.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const double run_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::mt19937 rng(kv_on_disk ? 7 : 5);
+    int kills = 0, with_records = 0;
+    size_t done = 0;
+    for (int i = 0; (kills < 6 || with_records == 0) && i < 40; ++i) {
+      const double left = static_cast<double>(kN - done + 1) / (kN + 1);
+      const pid_t pid = start_strata(args_of(dir, kv_on_disk), dir.path());
+      ASSERT_GT(pid, 0);
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(
+          std::uniform_real_distribution<double>(1.0, run_ms * left)(rng)));
+      ::kill(pid, SIGKILL);
+      r = finish_strata(pid, dir.path());
+      if (fs::exists(dir.file("out.jsonl"))) {  // it finished: start over
+        EXPECT_EQ(read_text(dir.file("out.jsonl")), want) << "KV on disk " << kv_on_disk;
+        fs::remove(dir.file("out.jsonl"));
+        fs::remove(dir.file("out.jsonl.partial"));
+        done = 0;
+        continue;
+      }
+      ++kills;
+      done = check_partial(dir.file("out.jsonl.partial"), kN);
+      if (done > 0) ++with_records;
+    }
+    EXPECT_GE(kills, 6) << "too few runs were killed: the run is shorter than the delays";
+    EXPECT_GE(with_records, 1) << "no kill landed after a record was written";
+    r = run_strata(args_of(dir, kv_on_disk), dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(read_text(dir.file("out.jsonl")), want) << "KV on disk " << kv_on_disk;
+  }
 }
 
 struct FaultCase {
