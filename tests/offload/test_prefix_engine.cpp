@@ -54,6 +54,12 @@ std::vector<Row> in_block_order(const std::vector<Job>& jobs, const std::vector<
   return out;
 }
 
+// a then b.
+std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 // The runs of `prompts` without prefix sharing and with it, `o` otherwise.
 std::pair<GenRun, GenRun> without_and_with_sharing(
     const Fixture& f, EngineOptions o, const std::vector<std::vector<int32_t>>& prompts) {
@@ -157,10 +163,6 @@ TEST_P(PrefixEngine, AKeptPrefixGivesTheRunWithoutSharing) {
 TEST_P(PrefixEngine, APrefixNestedInTheKeptOneComputesOnlyItsRest) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix-nested");
-  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   const std::vector<int32_t>& sys = f.prompts[2];
   const std::vector<int32_t> doc_a = cat(sys, cat(f.prompts[4], f.prompts[4]));
   const std::vector<int32_t> doc_b = cat(sys, cat(f.prompts[7], f.prompts[4]));
@@ -212,17 +214,12 @@ TEST_P(PrefixEngine, APrefixNestedInTheKeptOneComputesOnlyItsRest) {
 // first a document's two questions (its group kept; the longest prompts,
 // so that the KV file the first block lays out holds the second's) and two
 // prompts in no group, the second two other documents' two questions each,
-// both groups
-// beginning with the system prompt's whole pages of the kept prefix: each
-// leader takes those and computes the rest of its prefix, and the tokens
-// and logits are those of the run without sharing.
+// both groups beginning with the system prompt's whole pages of the kept
+// prefix: each leader takes those and computes the rest of its prefix, and
+// the tokens and logits are those of the run without sharing.
 TEST_P(PrefixEngine, SeveralGroupsTakeTheirPagesOfTheKeptPrefix) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix-nested-groups");
-  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   const std::vector<int32_t>& sys = f.prompts[2];
   const std::vector<int32_t> doc_a = cat(sys, cat(f.prompts[4], cat(f.prompts[7], f.prompts[5])));
   const std::vector<int32_t> doc_b = cat(sys, cat(f.prompts[7], f.prompts[4]));
@@ -277,10 +274,6 @@ TEST_P(PrefixEngine, SeveralGroupsTakeTheirPagesOfTheKeptPrefix) {
 TEST_P(PrefixEngine, AKeptPrefixGoesBeforeABlockThatNeedsALargerKvFile) {
   const Fixture f = load(GetParam());
   TempDir dir("prefix-kept-grow");
-  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   const std::vector<int32_t> preamble = cat(f.prompts[0], f.prompts[2]);
   const std::vector<int32_t> longer = cat(cat(f.prompts[3], f.prompts[5]), f.prompts[7]);
   const std::vector<std::vector<int32_t>> prompts = {
