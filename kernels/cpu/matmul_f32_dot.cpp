@@ -24,6 +24,7 @@ constexpr int64_t kChunkInPlace = 256;  // read in place
 constexpr int64_t kMr = 3;              // rows of x per micro-tile (12 accumulators)
 constexpr int64_t kR = kF32DotRows;
 constexpr int64_t kPrefetchStrips = 1;  // weight strips read ahead
+constexpr size_t kPrefetchMinBytes = 2048;  // of them per chunk, at least
 
 int64_t round_up(int64_t v, int64_t q) {
   return (v + q - 1) / q * q;
@@ -237,16 +238,26 @@ STRATA_AVX2 void strips(float* y, int64_t y_stride, const float* xw, int64_t ldx
     const int64_t rows = std::min(kR, n - j0);
     // A short last strip would read past W in place: it takes the stage.
     const bool in_place = direct != nullptr && rows == kR;
-    // The strip kPrefetchStrips ahead, into L2 while this one is multiplied:
-    // the hardware prefetcher alone keeps too few lines in flight per core.
+    // The strip kPrefetchStrips ahead, into L2 while this one is multiplied
+    // (the hardware prefetcher alone keeps too few lines in flight per
+    // core), a share of it per chunk: the whole strip at once fills the
+    // core's miss buffers and stalls the loads of this strip.
+    const char* ahead = nullptr;
+    size_t ahead_done = 0, ahead_per_chunk = 0;
+    const size_t ahead_bytes = kR * w_row_bytes;
+    const int64_t chunk = in_place ? kChunkInPlace : kChunk;
     if (s + kPrefetchStrips < s1) {
-      const char* ahead = reinterpret_cast<const char*>(
-          w + static_cast<size_t>(j0 + kPrefetchStrips * kR) * w_row_bytes);
-      for (size_t o = 0; o < kR * w_row_bytes; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T1);
+      ahead = reinterpret_cast<const char*>(w + static_cast<size_t>(j0 + kPrefetchStrips * kR) *
+                                                    w_row_bytes);
+      const auto chunks = static_cast<size_t>((k + chunk - 1) / chunk);
+      ahead_per_chunk = std::max(kPrefetchMinBytes, (ahead_bytes + chunks - 1) / chunks);
     }
     std::fill_n(part, m * kR * kLanes, 0.0f);
-    const int64_t chunk = in_place ? kChunkInPlace : kChunk;
     for (int64_t e0 = 0; e0 < k; e0 += chunk) {
+      if (ahead != nullptr) {
+        const size_t upto = std::min(ahead_bytes, ahead_done + ahead_per_chunk);
+        for (; ahead_done < upto; ahead_done += 64) _mm_prefetch(ahead + ahead_done, _MM_HINT_T1);
+      }
       const int64_t len = std::min(chunk, k - e0);
       const int64_t padded = round_up(len, kLanes);
       const size_t off = static_cast<size_t>(e0 / info.block_elems) * info.block_bytes;
