@@ -19,7 +19,10 @@ namespace strata::cpu {
 namespace {
 
 constexpr int64_t kChunk = 32;        // elements per vdpbf16ps: 16 lanes x 2
-constexpr int64_t kPrefetchRows = 4;  // weight rows read ahead
+// Weight rows read ahead (RowPrefetch): into L1 for 4-bit weights, into L2
+// and further for a byte or more per element.
+constexpr int64_t kNearRows = 4;
+constexpr int64_t kFarRows = 16;
 constexpr int kMidM = 12;             // the wide kernel's smaller tile of x rows
 constexpr int64_t kTileRows = 8;      // weight rows per pass of two tiles of x rows
 
@@ -281,26 +284,38 @@ STRATA_BF16 inline __m512bh w_chunk(const uint8_t* row, int64_t e0, int64_t k) {
   }
 }
 
-// The `rows` weight rows kPrefetchRows after row j into L1, a few lines per
-// chunk in step with the reading of row j (step() once per chunk): a burst
-// of whole rows at once fills the core's miss buffers and stalls the loads
-// of the products themselves (measured: an f16 decode step of a 3.4 GB
-// model at 8 and 16 rows of x took 1.2-1.35x as long that way).
+// The `rows` weight rows some rows after row j, a few lines per chunk in
+// step with the reading of row j (step() once per chunk): a burst of whole
+// rows at once fills the core's miss buffers and stalls the loads of the
+// products themselves (measured: an f16 decode step of a 3.4 GB model at 8
+// and 16 rows of x took 1.2-1.35x as long that way). Weights of a byte or
+// more per element go kFarRows ahead into L2: the f16 products of three of
+// that model's layers at 8 / 16 / 32 rows of x took 1.3-1.45x as long
+// kNearRows ahead into L1, Q8 ones 1.04-1.2x (8 to 64 rows ahead into L2
+// measured within a few % of each other); 4-bit weights, a few bytes per
+// chunk, stay kNearRows ahead into L1 (5-7 % faster at one row of x).
 struct RowPrefetch {
   const char* p = nullptr;
   size_t bytes = 0, done = 0, per_chunk = 0;
+  bool far = false;
 
   STRATA_BF16 RowPrefetch(const uint8_t* w, size_t w_row_bytes, int64_t n, int64_t k, int64_t j,
                           int64_t rows) {
-    if (j + kPrefetchRows + rows > n) return;
-    p = reinterpret_cast<const char*>(w + static_cast<size_t>(j + kPrefetchRows) * w_row_bytes);
+    far = w_row_bytes >= static_cast<size_t>(k);
+    const int64_t ahead = far ? kFarRows : kNearRows;
+    if (j + ahead + rows > n) return;
+    p = reinterpret_cast<const char*>(w + static_cast<size_t>(j + ahead) * w_row_bytes);
     bytes = static_cast<size_t>(rows) * w_row_bytes;
     const auto chunks = static_cast<size_t>((k + kChunk - 1) / kChunk);
     per_chunk = (bytes + chunks - 1) / chunks;
   }
   STRATA_BF16 void step() {
     const size_t upto = std::min(bytes, done + per_chunk);
-    for (; done < upto; done += 64) _mm_prefetch(p + done, _MM_HINT_T0);
+    if (far) {
+      for (; done < upto; done += 64) _mm_prefetch(p + done, _MM_HINT_T1);
+    } else {
+      for (; done < upto; done += 64) _mm_prefetch(p + done, _MM_HINT_T0);
+    }
   }
 };
 
