@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/step_prefetch.h"
 #include "quant/blocks.h"
 #include "quant/gguf_blocks.h"
 
@@ -19,7 +20,7 @@ namespace strata::cpu {
 namespace {
 
 constexpr int64_t kChunk = 32;        // elements per vdpbf16ps: 16 lanes x 2
-// Weight rows read ahead (RowPrefetch): into L1 for 4-bit weights, into L2
+// Weight rows read ahead (row_prefetch): into L1 for 4-bit weights, into L2
 // and further for a byte or more per element.
 constexpr int64_t kNearRows = 4;
 constexpr int64_t kFarRows = 16;
@@ -284,40 +285,22 @@ STRATA_BF16 inline __m512bh w_chunk(const uint8_t* row, int64_t e0, int64_t k) {
   }
 }
 
-// The `rows` weight rows some rows after row j, a few lines per chunk in
-// step with the reading of row j (step() once per chunk): a burst of whole
-// rows at once fills the core's miss buffers and stalls the loads of the
-// products themselves (measured: an f16 decode step of a 3.4 GB model at 8
-// and 16 rows of x took 1.2-1.35x as long that way). Weights of a byte or
-// more per element go kFarRows ahead into L2: the f16 products of three of
-// that model's layers at 8 / 16 / 32 rows of x took 1.3-1.45x as long
-// kNearRows ahead into L1, Q8 ones 1.04-1.2x (8 to 64 rows ahead into L2
-// measured within a few % of each other); 4-bit weights, a few bytes per
-// chunk, stay kNearRows ahead into L1 (5-7 % faster at one row of x).
-struct RowPrefetch {
-  const char* p = nullptr;
-  size_t bytes = 0, done = 0, per_chunk = 0;
-  bool far = false;
-
-  STRATA_BF16 RowPrefetch(const uint8_t* w, size_t w_row_bytes, int64_t n, int64_t k, int64_t j,
-                          int64_t rows) {
-    far = w_row_bytes >= static_cast<size_t>(k);
-    const int64_t ahead = far ? kFarRows : kNearRows;
-    if (j + ahead + rows > n) return;
-    p = reinterpret_cast<const char*>(w + static_cast<size_t>(j + ahead) * w_row_bytes);
-    bytes = static_cast<size_t>(rows) * w_row_bytes;
-    const auto chunks = static_cast<size_t>((k + kChunk - 1) / kChunk);
-    per_chunk = (bytes + chunks - 1) / chunks;
-  }
-  STRATA_BF16 void step() {
-    const size_t upto = std::min(bytes, done + per_chunk);
-    if (far) {
-      for (; done < upto; done += 64) _mm_prefetch(p + done, _MM_HINT_T1);
-    } else {
-      for (; done < upto; done += 64) _mm_prefetch(p + done, _MM_HINT_T0);
-    }
-  }
-};
+// The `rows` weight rows some rows after row j, asked for a share per chunk
+// of row j (step_prefetch.h). Weights of a byte or more per element go
+// kFarRows ahead into L2: the f16 products of three layers of a 3.4 GB model
+// at 8 / 16 / 32 rows of x took 1.3-1.45x as long kNearRows ahead into L1,
+// Q8 ones 1.04-1.2x (8 to 64 rows ahead into L2 measured within a few % of
+// each other); 4-bit weights, a few bytes per chunk, stay kNearRows ahead
+// into L1 (5-7 % faster at one row of x).
+inline StepPrefetch row_prefetch(const uint8_t* w, size_t w_row_bytes, int64_t n, int64_t k,
+                                 int64_t j, int64_t rows) {
+  const bool far = w_row_bytes >= static_cast<size_t>(k);
+  const int64_t ahead = far ? kFarRows : kNearRows;
+  if (j + ahead + rows > n) return {};
+  return StepPrefetch(
+      w + static_cast<size_t>(j + ahead) * w_row_bytes, static_cast<size_t>(rows) * w_row_bytes,
+      static_cast<size_t>((k + kChunk - 1) / kChunk), far ? PrefetchInto::kL2 : PrefetchInto::kL1);
+}
 
 // Rows [j0, j1) of W against M rows of x (bf16, rows ldx elements apart,
 // zero-padded to a multiple of 32): two weight rows at a time share every
@@ -330,7 +313,7 @@ STRATA_BF16 void dot_rows(float* y, int64_t y_stride, const uint16_t* xb, int64_
     const bool two = j + 1 < j1;
     const uint8_t* r0 = w + static_cast<size_t>(j) * w_row_bytes;
     const uint8_t* r1 = two ? r0 + w_row_bytes : r0;
-    RowPrefetch ahead(w, w_row_bytes, n, k, j, 2);
+    StepPrefetch ahead = row_prefetch(w, w_row_bytes, n, k, j, 2);
     __m512 a0[M], a1[M];
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
@@ -366,7 +349,7 @@ STRATA_BF16 void dot_rows_wide(float* y, int64_t y_stride, const uint16_t* xb, i
                                int64_t k, int64_t j0, int64_t j1, int64_t m) {
   for (int64_t j = j0; j < j1; ++j) {
     const uint8_t* r0 = w + static_cast<size_t>(j) * w_row_bytes;
-    RowPrefetch ahead(w, w_row_bytes, n, k, j, 1);
+    StepPrefetch ahead = row_prefetch(w, w_row_bytes, n, k, j, 1);
     __m512 a[M];
 #pragma GCC unroll 16
     for (int i = 0; i < M; ++i) a[i] = _mm512_setzero_ps();

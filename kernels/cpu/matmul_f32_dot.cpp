@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/step_prefetch.h"
 #include "quant/blocks.h"
 #include "quant/convert.h"
 
@@ -238,26 +239,18 @@ STRATA_AVX2 void strips(float* y, int64_t y_stride, const float* xw, int64_t ldx
     const int64_t rows = std::min(kR, n - j0);
     // A short last strip would read past W in place: it takes the stage.
     const bool in_place = direct != nullptr && rows == kR;
-    // The strip kPrefetchStrips ahead, into L2 while this one is multiplied
-    // (the hardware prefetcher alone keeps too few lines in flight per
-    // core), a share of it per chunk: the whole strip at once fills the
-    // core's miss buffers and stalls the loads of this strip.
-    const char* ahead = nullptr;
-    size_t ahead_done = 0, ahead_per_chunk = 0;
-    const size_t ahead_bytes = kR * w_row_bytes;
+    // The strip kPrefetchStrips ahead, into L2 while this one is multiplied,
+    // a share of it per chunk (step_prefetch.h).
     const int64_t chunk = in_place ? kChunkInPlace : kChunk;
+    StepPrefetch ahead;
     if (s + kPrefetchStrips < s1) {
-      ahead = reinterpret_cast<const char*>(w + static_cast<size_t>(j0 + kPrefetchStrips * kR) *
-                                                    w_row_bytes);
-      const auto chunks = static_cast<size_t>((k + chunk - 1) / chunk);
-      ahead_per_chunk = std::max(kPrefetchMinBytes, (ahead_bytes + chunks - 1) / chunks);
+      ahead = StepPrefetch(w + static_cast<size_t>(j0 + kPrefetchStrips * kR) * w_row_bytes,
+                           kR * w_row_bytes, static_cast<size_t>((k + chunk - 1) / chunk),
+                           PrefetchInto::kL2, kPrefetchMinBytes);
     }
     std::fill_n(part, m * kR * kLanes, 0.0f);
     for (int64_t e0 = 0; e0 < k; e0 += chunk) {
-      if (ahead != nullptr) {
-        const size_t upto = std::min(ahead_bytes, ahead_done + ahead_per_chunk);
-        for (; ahead_done < upto; ahead_done += 64) _mm_prefetch(ahead + ahead_done, _MM_HINT_T1);
-      }
+      ahead.step();
       const int64_t len = std::min(chunk, k - e0);
       const int64_t padded = round_up(len, kLanes);
       const size_t off = static_cast<size_t>(e0 / info.block_elems) * info.block_bytes;

@@ -15,6 +15,7 @@
 #include "kernels/cpu/int8_weight_format.h"
 #include "kernels/cpu/matmul_int8_avx2.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/step_prefetch.h"
 #include "quant/gguf_integers.h"
 
 namespace strata::cpu {
@@ -249,17 +250,15 @@ STRATA_VNNI void pack_panel_full(const WeightFormat& f, const void* w, size_t w_
   const __m512i row_idx =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                          _mm512_set1_epi32(static_cast<int32_t>(w_row_bytes)));
-  // The next panel: prefetched a share per group.
-  const bool ahead = j0 + 2 * kTileRows <= n;
-  const char* next = reinterpret_cast<const char*>(base) + kTileRows * w_row_bytes;
-  const int64_t next_lines = static_cast<int64_t>(kTileRows * w_row_bytes / 64);
+  // The next panel: prefetched a share per group (step_prefetch.h).
+  StepPrefetch next;
+  if (j0 + 2 * kTileRows <= n) {
+    next = StepPrefetch(base + kTileRows * w_row_bytes, kTileRows * w_row_bytes,
+                        static_cast<size_t>(ng), PrefetchInto::kL2);
+  }
   const int64_t g_steps = g_sz / 4;
   for (int64_t g = 0; g < ng; ++g) {
-    if (ahead) {
-      for (int64_t l = next_lines * g / ng; l < next_lines * (g + 1) / ng; ++l) {
-        _mm_prefetch(next + 64 * l, _MM_HINT_T1);
-      }
-    }
+    next.step();
     for (int64_t v = 0; v < 2; ++v) {
       const uint8_t* rows = base + static_cast<size_t>(16 * v) * w_row_bytes + g * f.block_bytes;
       const __m512i sc = _mm512_i32gather_epi32(row_idx, rows, 1);
