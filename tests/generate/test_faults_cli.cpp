@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -93,6 +94,40 @@ size_t check_partial(const std::string& path, size_t n) {
   return seen.size();
 }
 
+// One run of `args` in `dir`, killed (SIGKILL) once `wait` returns. When
+// the run got to its end first (or was killed after the output's rename),
+// its output must be `want`, and it is removed with its .partial so that
+// the next run starts over: finished is true. Else the killed run must
+// have failed and left no output that looks complete.
+struct KillResult {
+  bool finished = false;
+  test::CliResult run;
+};
+KillResult kill_run(const std::vector<std::string>& args, const ScratchDir& dir,
+                    const std::function<void()>& wait, const std::string& want) {
+  KillResult k;
+  const pid_t pid = start_strata(args, dir.path());
+  EXPECT_GT(pid, 0);
+  if (pid <= 0) return k;
+  wait();
+  ::kill(pid, SIGKILL);
+  k.run = finish_strata(pid, dir.path());
+  if (fs::exists(dir.file("out.jsonl"))) {
+    EXPECT_EQ(read_text(dir.file("out.jsonl")), want);
+    fs::remove(dir.file("out.jsonl"));
+    fs::remove(dir.file("out.jsonl.partial"));
+    k.finished = true;
+  } else {
+    EXPECT_NE(k.run.exit_code, 0) << "no output, yet the run succeeded:\n" << k.run.err;
+  }
+  return k;
+}
+
+// Sleeps for `ms` milliseconds.
+void sleep_ms(double ms) {
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+}
+
 class CrashResume : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -125,31 +160,18 @@ TEST_F(CrashResume, KilledAtTwentyMomentsAndResumedGivesTheSameBytes) {
     if (fresh_pack) fs::remove_all(dir.file("od"));
     const double left = static_cast<double>(kPrompts - done + 1) / (kPrompts + 1);
     const double delay_ms = std::uniform_real_distribution<double>(1.0, run_ms_ * left)(rng);
-    const pid_t pid = start_strata(generate_args(dir), dir.path());
-    ASSERT_GT(pid, 0);
-    if (fresh_pack) {
+    const auto wait = [&] {
+      if (!fresh_pack) return sleep_ms(delay_ms);
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       while (!fs::exists(dir.file("od/weights.bin.tmp")) &&
              std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-    } else {
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
-    }
-    ::kill(pid, SIGKILL);
-    const auto r = finish_strata(pid, dir.path());
-    if (fs::exists(dir.file("out.jsonl"))) {
-      // It finished (or was killed after the output's rename): the output
-      // is complete; start over.
-      EXPECT_EQ(read_text(dir.file("out.jsonl")), want_);
-      fs::remove(dir.file("out.jsonl"));
-      fs::remove(dir.file("out.jsonl.partial"));
+        sleep_ms(0.1);
+    };
+    if (kill_run(generate_args(dir), dir, wait, want_).finished) {
       done = 0;
       continue;
     }
-    EXPECT_NE(r.exit_code, 0) << "no output, yet the run succeeded:\n" << r.err;
     ++kills;
-    EXPECT_FALSE(fs::exists(dir.file("out.jsonl")))
-        << "a killed run left a complete-looking output";
     if (!fs::exists(dir.file("od/manifest.json"))) ++before_pack;
     done = check_partial(dir.file("out.jsonl.partial"), kPrompts);
     if (done > 0) ++with_records;
@@ -241,16 +263,11 @@ TEST(CrashResumeSharing, KilledAndResumedGivesTheRecordsOfARunWithoutSharing) {
     size_t done = 0;
     for (int i = 0; (kills < 6 || with_records == 0) && i < 40; ++i) {
       const double left = static_cast<double>(kN - done + 1) / (kN + 1);
-      const pid_t pid = start_strata(args_of(dir, kv_on_disk), dir.path());
-      ASSERT_GT(pid, 0);
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(
-          std::uniform_real_distribution<double>(1.0, run_ms * left)(rng)));
-      ::kill(pid, SIGKILL);
-      r = finish_strata(pid, dir.path());
-      if (fs::exists(dir.file("out.jsonl"))) {  // it finished: start over
-        EXPECT_EQ(read_text(dir.file("out.jsonl")), want) << "KV on disk " << kv_on_disk;
-        fs::remove(dir.file("out.jsonl"));
-        fs::remove(dir.file("out.jsonl.partial"));
+      const double delay_ms = std::uniform_real_distribution<double>(1.0, run_ms * left)(rng);
+      SCOPED_TRACE(kv_on_disk ? "KV on disk" : "KV in RAM");
+      if (kill_run(
+              args_of(dir, kv_on_disk), dir, [&] { sleep_ms(delay_ms); }, want)
+              .finished) {
         done = 0;
         continue;
       }
