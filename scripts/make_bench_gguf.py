@@ -81,36 +81,37 @@ def main():
     w.add_vocab_size(vocab)
     copy_fields(reader, w, arch)
 
-    # (name, numpy shape (out, in), scale; 0: ones in f32)
-    tensors = [("token_embd.weight", (vocab, a.hidden), np.sqrt(3.0 / a.hidden) / 2)]
+    # (name, numpy shape (out, in), norm): a norm is ones in f32, the others
+    # uniform in +-sqrt(3 / in) / 2 in f16
+    tensors = [("token_embd.weight", (vocab, a.hidden), False)]
     for layer in range(a.layers):
         b = f"blk.{layer}."
         tensors += [
-            (b + "attn_norm.weight", (a.hidden,), 0),
-            (b + "attn_q.weight", (a.hidden, a.hidden), None),
-            (b + "attn_k.weight", (kv_dim, a.hidden), None),
-            (b + "attn_v.weight", (kv_dim, a.hidden), None),
-            (b + "attn_output.weight", (a.hidden, a.hidden), None),
-            (b + "ffn_norm.weight", (a.hidden,), 0),
-            (b + "ffn_gate.weight", (a.ff, a.hidden), None),
-            (b + "ffn_up.weight", (a.ff, a.hidden), None),
-            (b + "ffn_down.weight", (a.hidden, a.ff), None),
+            (b + "attn_norm.weight", (a.hidden,), True),
+            (b + "attn_q.weight", (a.hidden, a.hidden), False),
+            (b + "attn_k.weight", (kv_dim, a.hidden), False),
+            (b + "attn_v.weight", (kv_dim, a.hidden), False),
+            (b + "attn_output.weight", (a.hidden, a.hidden), False),
+            (b + "ffn_norm.weight", (a.hidden,), True),
+            (b + "ffn_gate.weight", (a.ff, a.hidden), False),
+            (b + "ffn_up.weight", (a.ff, a.hidden), False),
+            (b + "ffn_down.weight", (a.hidden, a.ff), False),
         ]
-    tensors += [("output_norm.weight", (a.hidden,), 0),
-                ("output.weight", (vocab, a.hidden), None)]
-    for name, shape, scale in tensors:
-        dtype = np.float32 if scale == 0 else np.float16
+    tensors += [("output_norm.weight", (a.hidden,), True),
+                ("output.weight", (vocab, a.hidden), False)]
+    for name, shape, norm in tensors:
+        dtype = np.float32 if norm else np.float16
         w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     rng = np.random.default_rng(a.seed)
-    for i, (name, shape, scale) in enumerate(tensors):
-        if scale == 0:
+    for i, (name, shape, norm) in enumerate(tensors):
+        if norm:
             w.write_tensor_data(np.ones(shape, np.float32))
             continue
-        amp = np.sqrt(3.0 / shape[-1]) / 2 if scale is None else scale
+        amp = np.sqrt(3.0 / shape[-1]) / 2
         w.write_tensor_data((rng.random(shape, np.float32) * (2 * amp) - amp).astype(np.float16))
         print(f"\r{i + 1}/{len(tensors)} tensors", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
