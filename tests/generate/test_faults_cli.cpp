@@ -98,7 +98,7 @@ size_t check_partial(const std::string& path, size_t n) {
 // the run got to its end first (or was killed after the output's rename),
 // its output must be `want`, and it is removed with its .partial so that
 // the next run starts over: finished is true. Else the killed run must
-// have failed and left no output that looks complete.
+// have failed (and left no output, or it would count as finished).
 struct KillResult {
   bool finished = false;
   test::CliResult run;
@@ -265,9 +265,8 @@ TEST(CrashResumeSharing, KilledAndResumedGivesTheRecordsOfARunWithoutSharing) {
       const double left = static_cast<double>(kN - done + 1) / (kN + 1);
       const double delay_ms = std::uniform_real_distribution<double>(1.0, run_ms * left)(rng);
       SCOPED_TRACE(kv_on_disk ? "KV on disk" : "KV in RAM");
-      if (kill_run(
-              args_of(dir, kv_on_disk), dir, [&] { sleep_ms(delay_ms); }, want)
-              .finished) {
+      const auto wait = [&] { sleep_ms(delay_ms); };
+      if (kill_run(args_of(dir, kv_on_disk), dir, wait, want).finished) {
         done = 0;
         continue;
       }
