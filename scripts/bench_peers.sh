@@ -49,16 +49,26 @@ fi
 models="${MODELS:-demo f16}"
 if [[ " $models " == *" f16 "* && ! -f "$big" ]]; then
   venv="$root/.cache/peers/venv"
-  if [[ ! -x "$venv/bin/python" ]]; then
+  # Ready when gguf imports (a pip install that failed halfway is retried).
+  if ! "$venv/bin/python" -c "import gguf, numpy" 2>/dev/null; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q gguf==0.17.1 numpy
+    if ! "$venv/bin/pip" install -q gguf==0.17.1 numpy; then
+      echo "bench_peers: installing gguf and numpy into $venv failed" >&2
+      exit 1
+    fi
   fi
   echo "bench_peers: writing $big (about 3.4 GB, once)" >&2
   "$venv/bin/python" scripts/make_bench_gguf.py --tokenizer-from "$demo" --out "$big"
 fi
 demo_f16="$root/models/SmolLM2-135M-Instruct.F16.gguf"
 if [[ " $models " == *" demo-f16 "* && ! -f "$demo_f16" ]]; then
-  "$bin/llama-quantize" --allow-requantize "$demo" "$demo_f16.part" F16 >/dev/null 2>&1
+  if ! "$bin/llama-quantize" --allow-requantize "$demo" "$demo_f16.part" F16 \
+    >.cache/peers/quantize.log 2>&1; then
+    tail -n 20 .cache/peers/quantize.log >&2
+    echo "bench_peers: llama-quantize $demo to F16 failed; the log is .cache/peers/quantize.log" >&2
+    rm -f "$demo_f16.part"
+    exit 1
+  fi
   mv "$demo_f16.part" "$demo_f16"
 fi
 cmake --build "$build" --target strata_bench_engine -j"$(nproc)" >/dev/null
