@@ -213,9 +213,9 @@ Policy search(const PlanRequest& r, const Model& model, const RunShape& run,
   }
   p = normalize_policy(sr.policy, hw);
   spdlog::info(
-      "policy auto: {} on {} for prompt {} + gen {}: {}gpu batch {} x {} batches, {}{}; "
-      "predicted {:.1f} tok/s total, bound {} ({} LPs; budgets RAM {}, disk {})",
-      shape.name, hw.name, work.prompt_len, work.gen_len,
+      "policy auto: {} on {} for prompt {} (the longest; mean {:.1f}) + gen {}: {}gpu batch {} x "
+      "{} batches, {}{}; predicted {:.1f} tok/s total, bound {} ({} LPs; budgets RAM {}, disk {})",
+      shape.name, hw.name, work.prompt_len, run.mean_prompt, work.gen_len,
       r.plan_rank == 1 ? std::string() : fmt::format("plan {} of {}: ", r.plan_rank, sr.n_plans),
       p.gpu_batch_size, p.num_gpu_batches, p.placement.describe(),
       plan.draft_tokens >= 0 ? fmt::format(", {} draft tokens (accepted share {:.3g})",
