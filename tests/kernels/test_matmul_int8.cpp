@@ -252,14 +252,16 @@ TEST(MatmulInt8, PortableLoopsGiveTheSameBits) {
 
 // Without VNNI the AVX2 kernel (matmul_int8_avx2.h) where the CPU has AVX2,
 // scalar loops otherwise: the same integers and float steps, so the same
-// bits. Shapes: one row of x and several, whole strips of 8 weight rows and
-// a partial one, with and without bias.
+// bits. Shapes: rows of x up to 32 (whole strips of the formats with groups
+// of 32 multiplied straight from the blocks) and 40 (through the unpacked
+// strip), whole strips of 8 weight rows and a partial one, with and without
+// bias.
 TEST(MatmulInt8, Avx2KernelGivesThePortableBits) {
   if (!cpu_features().avx2_fma) GTEST_SKIP() << "this CPU has no AVX2";
   MatmulCache cache;
-  const std::vector<Case> cases = {{1, 16, 2, false, 0, 0, 0},
-                                   {5, 37, 3, true, 0, 0, 0},
-                                   {9, 20, 2, false, 2, 1, 1},
+  const std::vector<Case> cases = {{1, 16, 2, false, 0, 0, 0}, {1, 20, 3, true, 2, 1, 0},
+                                   {2, 24, 2, true, 0, 0, 2},  {3, 16, 2, false, 0, 0, 0},
+                                   {5, 37, 3, true, 0, 0, 0},  {9, 20, 2, false, 2, 1, 1},
                                    {40, 24, 1, true, 0, 3, 0}};
   uint32_t seed = 950;
   for (DType t : quantized_dtypes()) {
@@ -279,53 +281,56 @@ TEST(MatmulInt8, Avx2KernelGivesThePortableBits) {
 // The AVX2 kernel's 16-bit pair sums at their largest: every byte value in
 // the weights (u = 15 and 255, q = -128 and 127 in Q8S) against x quantized
 // to +-127 throughout. Any saturation would change an integer sum, so a bit
-// of the output, against the scalar loops.
+// of the output, against the scalar loops. 1 and 3 rows of x (multiplied
+// straight from the blocks) and 40 (through the unpacked strip).
 TEST(MatmulInt8, Avx2KernelExtremeIntegers) {
   if (!cpu_features().avx2_fma) GTEST_SKIP() << "this CPU has no AVX2";
   MatmulCache cache;
-  const int64_t m = 3, n = 16;
+  const int64_t n = 16;
   uint32_t seed = 1234;
-  for (DType t : quantized_dtypes()) {
-    const DTypeInfo& info = dtype_info(t);
-    const int64_t k = 2 * info.block_elems;
-    const size_t stride = row_bytes(t, k);
-    std::vector<char> w(stride * static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) {
-      char* row = w.data() + static_cast<size_t>(j) * stride;
-      if (info.dequant_only) {
-        test::random_gguf_row(t, row, k, seed + static_cast<uint32_t>(j));
-        continue;
+  for (const int64_t m : {1, 3, 40})
+    for (DType t : quantized_dtypes()) {
+      const DTypeInfo& info = dtype_info(t);
+      const int64_t k = 2 * info.block_elems;
+      const size_t stride = row_bytes(t, k);
+      std::vector<char> w(stride * static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) {
+        char* row = w.data() + static_cast<size_t>(j) * stride;
+        if (info.dequant_only) {
+          test::random_gguf_row(t, row, k, seed + static_cast<uint32_t>(j));
+          continue;
+        }
+        // Random bytes, then finite scales (and minimums) in each block's head.
+        const auto bytes =
+            test::random_floats(stride, 0.0f, 256.0f, seed + static_cast<uint32_t>(j));
+        for (size_t b = 0; b < stride; ++b) {
+          row[b] = static_cast<char>(static_cast<int>(bytes[b]) & 0xff);
+        }
+        for (int64_t b = 0; b < k / info.block_elems; ++b) {
+          char* blk = row + b * info.block_bytes;
+          const uint16_t d = f32_to_f16(0.01f * static_cast<float>(j + 1));
+          const uint16_t mn = f32_to_f16(-0.5f);
+          std::memcpy(blk, &d, 2);
+          if (!info.symmetric) std::memcpy(blk + 2, &mn, 2);
+        }
       }
-      // Random bytes, then finite scales (and minimums) in each block's head.
-      const auto bytes = test::random_floats(stride, 0.0f, 256.0f, seed + static_cast<uint32_t>(j));
-      for (size_t b = 0; b < stride; ++b) {
-        row[b] = static_cast<char>(static_cast<int>(bytes[b]) & 0xff);
-      }
-      for (int64_t b = 0; b < k / info.block_elems; ++b) {
-        char* blk = row + b * info.block_bytes;
-        const uint16_t d = f32_to_f16(0.01f * static_cast<float>(j + 1));
-        const uint16_t mn = f32_to_f16(-0.5f);
-        std::memcpy(blk, &d, 2);
-        if (!info.symmetric) std::memcpy(blk + 2, &mn, 2);
-      }
+      // x = +-1 everywhere: every group's scale is 1/127 and every qx is +-127.
+      std::vector<float> x(static_cast<size_t>(m * k));
+      const auto signs = test::random_floats(x.size(), -1.0f, 1.0f, seed + 99);
+      for (size_t e = 0; e < x.size(); ++e) x[e] = signs[e] < 0.0f ? -1.0f : 1.0f;
+      std::vector<float> y_avx2(static_cast<size_t>(m * n)), y_scalar(y_avx2.size());
+      const CpuFeatures saved = restrict_cpu_features({false, false, true});
+      ASSERT_EQ(matmul(cache, y_avx2.data(), n, x.data(), k, w.data(), t, stride, nullptr, m, n, k,
+                       ComputeType::kInt8),
+                Status::kOk);
+      restrict_cpu_features({false, false, false});
+      ASSERT_EQ(matmul(cache, y_scalar.data(), n, x.data(), k, w.data(), t, stride, nullptr, m, n,
+                       k, ComputeType::kInt8),
+                Status::kOk);
+      restrict_cpu_features(saved);
+      EXPECT_EQ(std::memcmp(y_avx2.data(), y_scalar.data(), y_avx2.size() * 4), 0) << dtype_name(t);
+      seed += 17;
     }
-    // x = +-1 everywhere: every group's scale is 1/127 and every qx is +-127.
-    std::vector<float> x(static_cast<size_t>(m * k));
-    const auto signs = test::random_floats(x.size(), -1.0f, 1.0f, seed + 99);
-    for (size_t e = 0; e < x.size(); ++e) x[e] = signs[e] < 0.0f ? -1.0f : 1.0f;
-    std::vector<float> y_avx2(static_cast<size_t>(m * n)), y_scalar(y_avx2.size());
-    const CpuFeatures saved = restrict_cpu_features({false, false, true});
-    ASSERT_EQ(matmul(cache, y_avx2.data(), n, x.data(), k, w.data(), t, stride, nullptr, m, n, k,
-                     ComputeType::kInt8),
-              Status::kOk);
-    restrict_cpu_features({false, false, false});
-    ASSERT_EQ(matmul(cache, y_scalar.data(), n, x.data(), k, w.data(), t, stride, nullptr, m, n, k,
-                     ComputeType::kInt8),
-              Status::kOk);
-    restrict_cpu_features(saved);
-    EXPECT_EQ(std::memcmp(y_avx2.data(), y_scalar.data(), y_avx2.size() * 4), 0) << dtype_name(t);
-    seed += 17;
-  }
 }
 
 TEST(MatmulInt8, NonFiniteInputsAndFloatWeights) {
