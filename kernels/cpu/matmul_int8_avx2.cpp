@@ -110,6 +110,24 @@ STRATA_AVX2 inline __m256i group_sums(const uint8_t* v, int64_t ldv, const int8_
   }
 }
 
+// acc + one group's share of a row of x's 8 values of y: s its integer
+// sums with the strip's rows (lane r: row r; the 8-bit formats' as u - 128),
+// dw and mw the rows' scales and minima, tg the sum of x's group and dxg its
+// scale. The float steps every path of this kernel takes, in one order.
+template <bool kWide>
+STRATA_AVX2 inline __m256 add_group(__m256 acc, __m256i s, const WeightFormat& f, __m256 dw,
+                                    __m256 mw, int32_t tg, float dxg) {
+  if constexpr (kWide) s = _mm256_add_epi32(s, _mm256_set1_epi32(128 * tg));
+  __m256 fv;
+  if (f.has_min) {
+    fv = _mm256_mul_ps(_mm256_cvtepi32_ps(s), dw);
+    fv = _mm256_fmadd_ps(mw, _mm256_set1_ps(static_cast<float>(tg)), fv);
+  } else {
+    fv = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, _mm256_set1_epi32(f.bias * tg))), dw);
+  }
+  return _mm256_fmadd_ps(fv, _mm256_set1_ps(dxg), acc);
+}
+
 // Row i of x against the unpacked strip: 8 values of y.
 template <int G, bool kWide>
 STRATA_AVX2 __m256 strip_row(const uint8_t* v, int64_t ldv, const float* dw, const float* mw,
@@ -117,25 +135,17 @@ STRATA_AVX2 __m256 strip_row(const uint8_t* v, int64_t ldv, const float* dw, con
                              const int32_t* t) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
-    __m256i s = group_sums<G, kWide>(v + g * G, ldv, qx + g * G);
-    if constexpr (kWide) s = _mm256_add_epi32(s, _mm256_set1_epi32(128 * t[g]));
-    __m256 fv;
-    if (f.has_min) {
-      fv = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_load_ps(dw + g * kRows));
-      fv = _mm256_fmadd_ps(_mm256_load_ps(mw + g * kRows), _mm256_set1_ps(static_cast<float>(t[g])),
-                           fv);
-    } else {
-      const __m256i c = _mm256_sub_epi32(s, _mm256_set1_epi32(f.bias * t[g]));
-      fv = _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_load_ps(dw + g * kRows));
-    }
-    acc = _mm256_fmadd_ps(fv, _mm256_set1_ps(dx[g]), acc);
+    acc = add_group<kWide>(acc, group_sums<G, kWide>(v + g * G, ldv, qx + g * G), f,
+                           _mm256_load_ps(dw + g * kRows), _mm256_load_ps(mw + g * kRows), t[g],
+                           dx[g]);
   }
   return acc;
 }
 
 // The 32 values of a block of a Strata format with groups of 32 as the
-// unpacked strip holds them: u for the 4-bit formats (low nibbles, then high
-// nibbles), u - 128 as int8 bits for the 8-bit ones (kWide).
+// unpacked strip holds them (unpack_row_x86's layout, in a register): u for
+// the 4-bit formats (low nibbles, then high nibbles), u - 128 as int8 bits
+// for the 8-bit ones (kWide).
 template <bool kWide>
 STRATA_AVX2 inline __m256i block_values(const WeightFormat& f, const uint8_t* block) {
   const uint8_t* qs = block + f.qs_off;
@@ -151,8 +161,8 @@ STRATA_AVX2 inline __m256i block_values(const WeightFormat& f, const uint8_t* bl
 
 // A whole strip (8 rows, w_ld bytes apart, groups of 32, one per block)
 // against rows 0 .. m - 1 (m <= kDirectMaxM) of x, straight from the
-// blocks: the integer sums and then the float steps of strip_row, so the
-// same bits. acc[i]: row i's 8 values of y.
+// blocks: the integer sums of group_sums and the float steps of add_group,
+// so the same bits as the unpacked strip. acc[i]: row i's 8 values of y.
 template <bool kWide>
 STRATA_AVX2 void strip_direct(const uint8_t* w, size_t w_ld, const WeightFormat& f, int64_t ng,
                               int64_t m, int64_t k, const int8_t* qx, const float* dx,
@@ -176,18 +186,7 @@ STRATA_AVX2 void strip_direct(const uint8_t* w, size_t w_ld, const WeightFormat&
       __m256i p[kRows];
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) p[r] = pair_dots<kWide>(a[r], xg);
-      __m256i s = row_sums(p);
-      const int32_t tg = t[i * ng + g];
-      if constexpr (kWide) s = _mm256_add_epi32(s, _mm256_set1_epi32(128 * tg));
-      __m256 fv;
-      if (f.has_min) {
-        fv = _mm256_mul_ps(_mm256_cvtepi32_ps(s), dw);
-        fv = _mm256_fmadd_ps(mw, _mm256_set1_ps(static_cast<float>(tg)), fv);
-      } else {
-        fv = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, _mm256_set1_epi32(f.bias * tg))),
-                           dw);
-      }
-      acc[i] = _mm256_fmadd_ps(fv, _mm256_set1_ps(dx[i * ng + g]), acc[i]);
+      acc[i] = add_group<kWide>(acc[i], row_sums(p), f, dw, mw, t[i * ng + g], dx[i * ng + g]);
     }
   }
 }
