@@ -332,6 +332,7 @@ std::optional<PredictedThroughput> RunPlan::predict(const Model& model, double p
     t.decode_s = pr.decode_s;
     for (const auto& [name, s] : pr.decode_terms) t.decode_layer_terms[name] = s;
     for (const auto& [name, s] : pr.prefill_terms) t.prefill_layer_terms[name] = s;
+    t.block_busy_s = pr.block_busy_s;
     t.workload = {
         {"prompt_len", work.prompt_len},
         {"gen_len", work.gen_len},

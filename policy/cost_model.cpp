@@ -123,6 +123,28 @@ double CostModel::decode_seconds(const Placement& x) const {
           work.draft_step_s);
 }
 
+std::map<std::string, double> CostModel::busy_seconds(const Placement& x) const {
+  std::map<std::string, double> busy;
+  const auto add = [&](const StepCost& st, double times) {
+    if (times <= 0) return;
+    for (const CostTerm& t : st.terms) {
+      const bool link = t.name.find("->") != std::string::npos;
+      busy[link                          ? t.name
+           : t.name == "attention (cpu)" ? "cpu attention"
+                                         : "compute"] += times * t.seconds(x);
+    }
+  };
+  const double L = static_cast<double>(shape.n_layer);
+  const double decode_steps = static_cast<double>(work.gen_len - 1) / work.spec_tokens;
+  add(prefix_layer, work.prefix_steps * L);
+  add(prefix_head, work.prefix_steps);
+  add(prefill_layer, L);
+  add(prefill_head, 1);
+  add(decode_layer, decode_steps * L);
+  add(decode_head, decode_steps);
+  return busy;
+}
+
 double CostModel::generated_tokens() const {
   return static_cast<double>(batch.block_size()) * static_cast<double>(work.gen_len);
 }
@@ -585,6 +607,7 @@ Prediction evaluate(const CostModel& m, const Policy& policy_in, const Budgets& 
   for (const CostTerm& t : m.prefill_layer.terms)
     p.prefill_terms.emplace_back(t.name, t.seconds(x));
   for (const CostTerm& t : m.decode_layer.terms) p.decode_terms.emplace_back(t.name, t.seconds(x));
+  p.block_busy_s = m.busy_seconds(x);
   p.bound_prefill = m.prefill_layer.bound_label(m.prefill_layer.binding(x), x);
   p.bound_decode = m.decode_layer.bound_label(m.decode_layer.binding(x), x);
   p.bound_phase = p.decode_s > p.prefill_s ? Phase::kDecode : Phase::kPrefill;

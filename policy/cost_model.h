@@ -44,6 +44,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -198,6 +199,12 @@ struct CostModel {
 
   double prefill_seconds(const Placement& x) const;  // one block
   double decode_seconds(const Placement& x) const;
+  // Seconds each link ("disk->cpu", ...), the device's compute ("compute":
+  // the layers' products and attention, the heads) and CPU attention beside
+  // a device ("cpu attention") are busy in one block at x, summed over every
+  // step (the prefix steps, the prefill, the decode steps). What the
+  // engine's report measures as a link's and a queue's busy time.
+  std::map<std::string, double> busy_seconds(const Placement& x) const;
   double generated_tokens() const;  // B * n per block
 };
 
@@ -237,6 +244,7 @@ struct Prediction {
   double prefill_layer_s = 0, decode_layer_s = 0;   // one layer step
   double prefill_head_s = 0, decode_head_s = 0;
   std::vector<std::pair<std::string, double>> prefill_terms, decode_terms;  // layer step, seconds
+  std::map<std::string, double> block_busy_s;  // CostModel::busy_seconds
   std::string bound_prefill, bound_decode;  // binding bound of the layer step (bound_label)
   Phase bound_phase = Phase::kPrefill;      // the phase that takes longer
   std::array<TierUse, kNumTiers> memory;

@@ -104,6 +104,7 @@ nlohmann::ordered_json RunReport::to_json() const {
       p["prefill_layer_terms_s"] = predicted->prefill_layer_terms;
       p["decode_layer_terms_s"] = predicted->decode_layer_terms;
     }
+    if (!predicted->block_busy_s.empty()) p["block_busy_s"] = predicted->block_busy_s;
     if (!predicted->workload.is_null()) p["workload"] = predicted->workload;
     if (auto e = prediction_error()) p["total_error"] = *e;
     j["predicted"] = p;
@@ -128,10 +129,39 @@ std::string RunReport::prediction_warning() const {
   if (predicted->workload.is_object() && predicted->workload.contains("hardware"))
     profile = fmt::format(" ({})", predicted->workload["hardware"].get<std::string>());
   return fmt::format(
-      "measured total {:.1f} tok/s is {:.0f}% {} the predicted {:.1f}: if the hardware "
+      "measured total {:.1f} tok/s is {:.0f}% {} the predicted {:.1f}{}: if the hardware "
       "profile{} is old or from another machine, measure this one again (strata profile)",
       (1 + *e) * predicted->total_tokens_per_s, std::fabs(*e) * 100, *e > 0 ? "above" : "below",
-      predicted->total_tokens_per_s, profile);
+      predicted->total_tokens_per_s, busy_miss(*e > 0), profile);
+}
+
+std::string RunReport::busy_miss(bool faster) const {
+  if (!predicted || engine.blocks <= 0) return "";
+  std::string worst;
+  double worst_excess = 0, worst_measured = 0, worst_predicted = 0;
+  for (const auto& [name, block_s] : predicted->block_busy_s) {
+    const double want = block_s * static_cast<double>(engine.blocks);
+    if (want <= 0) continue;
+    double got = 0;
+    if (auto it = engine.links.find(name); it != engine.links.end()) {
+      got = it->second.busy_s;
+    } else if (auto q = engine.queue_busy_s.find(name); q != engine.queue_busy_s.end()) {
+      got = q->second;
+    } else {
+      continue;  // not measured here
+    }
+    // Beyond the tolerance, the most seconds off in the total's direction.
+    const double excess = faster ? want - got : got - want;
+    if (excess > kPredictionTolerance * want && excess > worst_excess) {
+      worst = name;
+      worst_excess = excess;
+      worst_measured = got;
+      worst_predicted = want;
+    }
+  }
+  if (worst.empty()) return "";
+  return fmt::format(" ({} was busy {:.2f} s, {:.2f}x the {:.2f} s predicted)", worst,
+                     worst_measured, worst_measured / worst_predicted, worst_predicted);
 }
 
 void RunReport::print(std::FILE* out) const {

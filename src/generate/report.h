@@ -9,7 +9,8 @@
 //   prefix_reused_tokens, kv_shared_bytes, drafted_tokens, accepted_tokens,
 //   links {name: {bytes, busy_s, gb_per_s}},
 //   peak_bytes {tier: bytes}, queue_busy {queue: share}, predicted {...}
-//   (with total_error, measured over predicted total less 1).
+//   (with total_error, measured over predicted total less 1, and
+//   block_busy_s {link or queue: seconds busy per block}).
 // Throughputs follow FlexGen: prefill = prompt tokens / prefill time (with
 // shared prefixes, tokens submitted: those computed are counted apart); decode =
 // tokens sampled after decode steps (generated minus the one token per
@@ -41,6 +42,9 @@ struct PredictedThroughput {
   std::string bound;                   // "decode: disk->cpu"
   double prefill_s = 0, decode_s = 0;  // one block
   std::map<std::string, double> prefill_layer_terms, decode_layer_terms;
+  // Seconds each link and queue ("disk->cpu", "compute", ...) is busy in one
+  // block (policy/cost_model.h: CostModel::busy_seconds).
+  std::map<std::string, double> block_busy_s;
   nlohmann::ordered_json workload;  // prompt_len, gen_len, block_size, hardware
 };
 
@@ -64,8 +68,16 @@ struct RunReport {
   // faster than predicted); empty without a prediction or a measured total.
   std::optional<double> prediction_error() const;
   // One line when |prediction_error()| exceeds kPredictionTolerance, naming
-  // both rates and suggesting a new profile; empty otherwise.
+  // both rates, the busy time that missed its prediction most (busy_miss)
+  // and suggesting a new profile; empty otherwise.
   std::string prediction_warning() const;
+  // " (disk->cpu was busy 2.96 s, 2.14x the 1.38 s predicted)": of the
+  // links and queues the prediction gives busy times for (block_busy_s,
+  // times the blocks run), the one whose measured time is the most seconds
+  // off its prediction in the total's direction (longer when `faster` is
+  // false) among those off by more than kPredictionTolerance; empty when
+  // none is.
+  std::string busy_miss(bool faster) const;
   static constexpr double kPredictionTolerance = 0.25;
   // The decode time: the engine's decode steps and the draft model's work.
   double decode_s() const { return engine.decode_s + draft_s; }

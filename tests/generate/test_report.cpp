@@ -98,6 +98,45 @@ TEST(Report, SaysSoWhenTheMeasuredTotalMissesThePredictionByMoreThanAQuarter) {
   EXPECT_EQ(printed(r).find("  prediction "), std::string::npos);
 }
 
+// The warning names the link or queue whose busy time missed its
+// prediction by the most seconds, in the total's direction and beyond the
+// same tolerance.
+TEST(Report, NamesTheBusyTimeThatMissedItsPredictionMost) {
+  RunReport r;
+  r.engine.generated_tokens = 100;
+  r.total_s = 2.0;  // 50 tok/s measured
+  r.engine.blocks = 2;
+  PredictedThroughput pred;
+  pred.total_tokens_per_s = 100;  // measured 50 % below
+  pred.block_busy_s = {{"disk->cpu", 0.5}, {"compute", 0.6}, {"cpu->disk", 0.01}, {"cpu->gpu", 1}};
+  r.predicted = pred;
+  r.engine.links["disk->cpu"] = {1'000'000, 1.6};  // 1.0 s predicted: 0.6 s more
+  r.engine.links["cpu->disk"] = {1'000, 0.5};      // 0.02 s predicted: 25x, 0.48 s more
+  r.engine.queue_busy_s["compute"] = 1.3;          // 1.2 s predicted: within a quarter
+  // ("cpu->gpu" is not measured in this run: left out.)
+  EXPECT_EQ(r.busy_miss(false), " (disk->cpu was busy 1.60 s, 1.60x the 1.00 s predicted)");
+  EXPECT_NE(r.prediction_warning().find("50% below the predicted 100.0 (disk->cpu was busy"),
+            std::string::npos)
+      << r.prediction_warning();
+  r.engine.links["disk->cpu"].busy_s = 1.2;  // within a quarter: the next one
+  EXPECT_EQ(r.busy_miss(false), " (cpu->disk was busy 0.50 s, 25.00x the 0.02 s predicted)");
+  r.engine.links["cpu->disk"].busy_s = 0.02;
+  EXPECT_EQ(r.busy_miss(false), "");  // none beyond the tolerance
+  EXPECT_NE(r.prediction_warning().find("50% below the predicted 100.0: if the hardware"),
+            std::string::npos)
+      << r.prediction_warning();
+  // Faster than predicted: the time that fell short most.
+  r.predicted->total_tokens_per_s = 30;
+  r.engine.queue_busy_s["compute"] = 0.5;
+  EXPECT_EQ(r.busy_miss(true), " (compute was busy 0.50 s, 0.42x the 1.20 s predicted)");
+  EXPECT_NE(r.prediction_warning().find("above the predicted 30.0 (compute was busy 0.50 s"),
+            std::string::npos)
+      << r.prediction_warning();
+  r.engine.blocks = 0;  // no block run: nothing to compare
+  EXPECT_EQ(r.busy_miss(true), "");
+  EXPECT_DOUBLE_EQ(r.to_json()["predicted"]["block_busy_s"]["disk->cpu"].get<double>(), 0.5);
+}
+
 // The rates the cost model is given for a speculative run: per sequence
 // and decode step, rows computed and tokens kept.
 TEST(Report, MeasuredSpeculationRates) {

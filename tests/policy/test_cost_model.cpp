@@ -516,6 +516,58 @@ TEST(PolicyCostModel, TiedEmbeddingsAreReadOncePerDecodeStep) {
   EXPECT_REL(term(tied.decode_head, "disk->cpu", x), kWh / 100 + first_kv);
 }
 
+// The busy seconds the report compares with what the engine measures: each
+// link's terms and the compute's over every step of a block, by hand from
+// the steps' terms (tiny shape: 2 layers; s = 8, n = 4: 3 decode steps).
+TEST(PolicyCostModel, BusySecondsSumEveryStepOfABlock) {
+  TinyCase t;
+  t.hw = test::tiny_cpu();
+  const Placement x = normalize_policy(t.pol, t.hw).placement;
+  const CostModel m = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  const auto busy = m.busy_seconds(x);
+  const double L = 2, steps = 3;
+  EXPECT_REL(
+      busy.at("disk->cpu"),
+      L * term(m.prefill_layer, "disk->cpu", x) + term(m.prefill_head, "disk->cpu", x) +
+          steps * (L * term(m.decode_layer, "disk->cpu", x) + term(m.decode_head, "disk->cpu", x)));
+  EXPECT_REL(busy.at("cpu->disk"), L * term(m.prefill_layer, "cpu->disk", x) +
+                                       steps * L * term(m.decode_layer, "cpu->disk", x));
+  const auto compute = [&](const StepCost& st) {
+    return term(st, "gemm", x) +
+           (&st == &m.prefill_head || &st == &m.decode_head ? 0.0 : term(st, "attention", x));
+  };
+  EXPECT_REL(busy.at("compute"),
+             L * compute(m.prefill_layer) + compute(m.prefill_head) +
+                 steps * (L * compute(m.decode_layer) + compute(m.decode_head)));
+  EXPECT_EQ(busy.size(), 3u);
+  EXPECT_EQ(evaluate(m, t.pol, budgets_of(t.hw)).block_busy_s, busy);
+  // All in RAM: nothing crosses a link and the block is its compute.
+  Policy ram = t.pol;
+  for (DataKind d : {DataKind::kWeights, DataKind::kKv, DataKind::kAct}) ram.placement.set(d, 0, 1);
+  const CostModel mr = build_cost_model(t.shape, t.hw, t.work, ram);
+  const Prediction pr = evaluate(mr, ram, budgets_of(t.hw));
+  EXPECT_EQ(pr.block_busy_s.at("disk->cpu"), 0);
+  EXPECT_REL(pr.block_busy_s.at("compute"), pr.total_s);
+  // With speculation a block has (n - 1) / tokens-per-step decode steps;
+  // with shared prefixes its prefix steps pass over the layers too.
+  Workload spec = t.work;
+  spec.spec_tokens = 1.5;
+  spec.spec_rows = 2;
+  const CostModel ms = build_cost_model(t.shape, t.hw, spec, t.pol);
+  EXPECT_REL(
+      ms.busy_seconds(x).at("disk->cpu"),
+      L * term(ms.prefill_layer, "disk->cpu", x) + term(ms.prefill_head, "disk->cpu", x) +
+          2 * (L * term(ms.decode_layer, "disk->cpu", x) + term(ms.decode_head, "disk->cpu", x)));
+  // Beside a GPU, CPU attention is its own queue.
+  TinyCase g;
+  g.pol.cpu_attention = true;
+  const Placement xg = normalize_policy(g.pol, g.hw).placement;
+  const CostModel mg = build_cost_model(g.shape, g.hw, g.work, g.pol);
+  EXPECT_REL(mg.busy_seconds(xg).at("cpu attention"),
+             steps * L * term(mg.decode_layer, "attention (cpu)", xg));
+  EXPECT_GT(mg.busy_seconds(xg).at("cpu->gpu"), 0);
+}
+
 // FlexGen's formulas for the terms both models share (experimental/
 // cost_model.py: compp, ctogp, ctogg, dtocp weight part), on OPT-30B with
 // FlexGen's T4 constants: ours must give the same seconds.
