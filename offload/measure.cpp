@@ -12,11 +12,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -182,6 +185,39 @@ void check_offload_dir(const std::string& dir, uint64_t file_bytes) {
   }
 }
 
+namespace {
+
+// DiskMeasureOptions::beside on its own thread: stopped and joined by
+// finish(), which rethrows what it threw, or on the way out of a failed pass.
+class LoadBeside {
+ public:
+  void start(const std::function<void(const std::atomic<bool>&)>& work) {
+    thread_ = std::thread([this, &work] {
+      try {
+        work(stop_);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    });
+  }
+  void finish() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+  ~LoadBeside() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
 DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
   if (o.block_bytes == 0 || o.block_bytes % kDiskAlign != 0 || o.kv_block_bytes == 0 ||
       o.kv_block_bytes % kDiskAlign != 0 || o.kv_block_bytes > o.block_bytes) {
@@ -274,10 +310,12 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
   // of a run, gets the mix; the median of two back-to-back passes caught one
   // state, and one size could be timed in the fast state, the next in the
   // slow one.
+  // With a load beside, every size's pass runs once more with it.
   struct StreamPass {
     size_t size;
     uint64_t total;
     std::vector<double> seconds;
+    bool beside = false;
   };
   std::vector<StreamPass> passes;
   r.stream_bytes = std::min<uint64_t>(o.stream_bytes, file_bytes) / kDiskAlign * kDiskAlign;
@@ -291,6 +329,11 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
     const uint64_t total = std::min(o.stream_sized_bytes, file_bytes) / size * size;
     if (total == 0) continue;
     passes.push_back({size, total, {}});
+  }
+  const size_t n_sizes = passes.size();
+  if (o.beside) {
+    for (size_t i = 0; i < n_sizes; ++i)
+      passes.push_back({passes[i].size, passes[i].total, {}, true});
   }
   // One disk I/O layer and two request buffers of the largest size for every
   // pass (a smaller request fills the start of its buffer), set up once.
@@ -306,6 +349,8 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
   std::vector<Ticket> st(static_cast<size_t>(o.stream_in_flight));
   for (int round = -1; round < std::max(o.repeats, o.stream_rounds); ++round) {
     for (StreamPass& p : passes) {
+      LoadBeside load;
+      if (p.beside) load.start(o.beside);
       const auto t0 = std::chrono::steady_clock::now();
       for (uint64_t b = 0; b < p.total / p.size; ++b) {
         const size_t slot = b % st.size();
@@ -314,6 +359,7 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
       }
       for (auto& t : st) stream_engine.wait(t);
       const std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0;
+      load.finish();
       if (round >= 0) p.seconds.push_back(d.count());  // round -1 warms up
     }
   }
@@ -333,10 +379,12 @@ DiskRates measure_disk(const std::string& dir, const DiskMeasureOptions& o) {
   };
   r.stream_pass_bytes = passes[0].total;
   r.read_stream = mean_of(passes[0].seconds);
-  for (size_t i = 1; i < passes.size(); ++i) {
+  if (o.beside) r.read_stream_beside = mean_of(passes[n_sizes].seconds);
+  for (size_t i = 1; i < n_sizes; ++i) {
     r.stream_sizes.push_back(passes[i].size);
     r.stream_sized_pass_bytes.push_back(passes[i].total);
     r.read_stream_sized.push_back(mean_of(passes[i].seconds));
+    if (o.beside) r.read_stream_sized_beside.push_back(mean_of(passes[n_sizes + i].seconds));
   }
 
   // Reads as KV pages on disk are read: one record per request at scattered
@@ -457,26 +505,28 @@ double GemmShape::weight_bytes() const {
   return static_cast<double>(row_bytes(weight, k)) * static_cast<double>(n);
 }
 
-RunTimes measure_gemm(Backend& backend, const GemmShape& s, const TimingPlan& plan) {
+GemmRunner::GemmRunner(Backend& backend, const GemmShape& s) : backend_(backend), shape_(s) {
   if (s.m < 1 || s.n < 1 || s.k < 1)
     fail("profile: GEMM sizes {}x{}x{} must be positive", s.m, s.n, s.k);
-  const DeviceBuffer w =
-      device_random(backend, s.weight, static_cast<size_t>(s.n) * static_cast<size_t>(s.k), 1);
-  const DeviceBuffer x =
-      device_random(backend, DType::kF32, static_cast<size_t>(s.m) * static_cast<size_t>(s.k), 2);
-  DeviceBuffer y = backend.alloc(static_cast<size_t>(s.m * s.n) * sizeof(float));
-  MatrixView view;
-  view.data = w.data();
-  view.dtype = s.weight;
-  view.rows = s.n;
-  view.cols = s.k;
-  view.row_bytes = row_bytes(s.weight, s.k);
-  return time_runs(
-      [&] {
-        backend.matmul(y.as<float>(), s.n, x.as<float>(), s.k, view, nullptr, s.m, s.compute);
-        backend.synchronize();
-      },
-      plan);
+  w_ = device_random(backend, s.weight, static_cast<size_t>(s.n) * static_cast<size_t>(s.k), 1);
+  x_ = device_random(backend, DType::kF32, static_cast<size_t>(s.m) * static_cast<size_t>(s.k), 2);
+  y_ = backend.alloc(static_cast<size_t>(s.m * s.n) * sizeof(float));
+  view_.data = w_.data();
+  view_.dtype = s.weight;
+  view_.rows = s.n;
+  view_.cols = s.k;
+  view_.row_bytes = row_bytes(s.weight, s.k);
+}
+
+void GemmRunner::run() {
+  backend_.matmul(y_.as<float>(), shape_.n, x_.as<float>(), shape_.k, view_, nullptr, shape_.m,
+                  shape_.compute);
+  backend_.synchronize();
+}
+
+RunTimes measure_gemm(Backend& backend, const GemmShape& s, const TimingPlan& plan) {
+  GemmRunner g(backend, s);
+  return time_runs([&] { g.run(); }, plan);
 }
 
 double AttentionShape::model_flops() const {

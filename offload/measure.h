@@ -18,6 +18,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -26,6 +27,7 @@
 
 #include "core/bench.h"
 #include "core/dtype.h"
+#include "kernels/backend.h"
 
 namespace strata {
 
@@ -36,8 +38,6 @@ struct RemoveOnExit {
     if (!path.empty()) ::unlink(path.c_str());
   }
 };
-
-class Backend;
 
 // ---- memory sizes ----
 
@@ -68,6 +68,12 @@ struct DiskMeasureOptions {
   // Rounds over all the sizes (at least `repeats`), after one to warm up;
   // each rate is the bytes over the time summed over the rounds.
   int stream_rounds = 4;
+  // Work the compute device does while weights stream (the engine loads the
+  // next layer while the cores compute this one). When set, each round also
+  // times every size's pass with it running on another thread, from before
+  // the pass's first request until after its last, which it must return
+  // soon after `stop` turns true.
+  std::function<void(const std::atomic<bool>& stop)> beside;
   int stream_in_flight = 2;
   size_t chunk_bytes = size_t{1} << 20;
   int chunk_depth = 16;
@@ -94,6 +100,10 @@ struct DiskRates {
   // this and read_stream_sized: the mean pass over interleaved rounds
   // (`median` holds it; DiskMeasureOptions::stream_rounds).
   RunTimes read_stream;
+  // The same passes with DiskMeasureOptions::beside running (n = 0 and
+  // empty without it).
+  RunTimes read_stream_beside;
+  std::vector<RunTimes> read_stream_sized_beside;
   // Per size of DiskMeasureOptions::stream_sizes: seconds per pass of
   // stream_sized_pass_bytes[i] in requests of that size.
   std::vector<size_t> stream_sizes;
@@ -122,6 +132,9 @@ struct DiskRates {
   double read_stream_bytes_per_s() const {
     return read_stream.rate(static_cast<double>(stream_pass_bytes));
   }
+  double read_stream_beside_bytes_per_s() const {
+    return read_stream_beside.rate(static_cast<double>(stream_pass_bytes));
+  }
   double write_bytes_per_s() const { return write.rate(static_cast<double>(file_bytes)); }
   double write_kv_bytes_per_s() const { return write_kv.rate(static_cast<double>(kv_pass_bytes)); }
   double read_kv_bytes_per_s(size_t i) const {
@@ -132,6 +145,9 @@ struct DiskRates {
   }
   double read_stream_sized_bytes_per_s(size_t i) const {
     return read_stream_sized[i].rate(static_cast<double>(stream_sized_pass_bytes[i]));
+  }
+  double read_stream_sized_beside_bytes_per_s(size_t i) const {
+    return read_stream_sized_beside[i].rate(static_cast<double>(stream_sized_pass_bytes[i]));
   }
 };
 
@@ -176,6 +192,20 @@ struct GemmShape {
   double weight_bytes() const;
 };
 RunTimes measure_gemm(Backend& backend, const GemmShape& shape, const TimingPlan& plan);
+// The operands of one such product on a backend's device (random), ready to
+// run it: what measure_gemm times, and a load beside a disk measurement
+// (DiskMeasureOptions::beside).
+class GemmRunner {
+ public:
+  GemmRunner(Backend& backend, const GemmShape& shape);
+  void run();  // one product, synchronized
+
+ private:
+  Backend& backend_;
+  GemmShape shape_;
+  DeviceBuffer w_, x_, y_;
+  MatrixView view_;
+};
 
 // One layer's paged attention: n_seq sequences of ctx keys each, the last
 // n_new of them new (1 = a decode step, ctx = a prefill), pages of page_size

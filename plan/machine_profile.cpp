@@ -235,17 +235,23 @@ std::string measure_machine(const ProfileRequest& a) {
   dopt.repeats = plan.disk_repeats;
   dopt.kv_bytes = plan.disk_bytes;  // the same pass size as the large writes, to compare
   dopt.kv_batch_size = static_cast<size_t>(kKvBatchRequestBytes);
+  // The weight stream again while the cores compute as a decode does (the
+  // engine loads the next layer beside this one's products).
+  GemmRunner beside_load(backend, plan.gemm_decode);
+  dopt.beside = [&](const std::atomic<bool>& stop) {
+    while (!stop.load(std::memory_order_relaxed)) beside_load.run();
+  };
   spdlog::info("profile: disk in {}: {} file, {} blocks, {} in flight...", dir,
                format_bytes(static_cast<double>(plan.disk_bytes)),
                format_bytes(static_cast<double>(dopt.block_bytes)), dopt.queue_depth);
   const DiskRates disk = measure_disk(dir, dopt);
   const double disk_free = static_cast<double>(free_disk_bytes(dir));
-  spdlog::info("profile: disk ({}{}): read {} ({} requests: {}), write {}, {} writes {}",
-               disk.backend, disk.direct ? ", O_DIRECT" : ", buffered",
-               gbs(disk.read_bytes_per_s()), format_bytes(static_cast<double>(disk.stream_bytes)),
-               gbs(disk.read_stream_bytes_per_s()), gbs(disk.write_bytes_per_s()),
-               format_bytes(static_cast<double>(disk.kv_block_bytes)),
-               gbs(disk.write_kv_bytes_per_s()));
+  spdlog::info(
+      "profile: disk ({}{}): read {} ({} requests: {}; beside compute {}), write {}, {} writes {}",
+      disk.backend, disk.direct ? ", O_DIRECT" : ", buffered", gbs(disk.read_bytes_per_s()),
+      format_bytes(static_cast<double>(disk.stream_bytes)), gbs(disk.read_stream_bytes_per_s()),
+      gbs(disk.read_stream_beside_bytes_per_s()), gbs(disk.write_bytes_per_s()),
+      format_bytes(static_cast<double>(disk.kv_block_bytes)), gbs(disk.write_kv_bytes_per_s()));
   if (!disk.direct) {
     spdlog::warn(
         "profile: the filesystem of {} has no O_DIRECT: the page cache was in the way, so the "
@@ -343,6 +349,13 @@ std::string measure_machine(const ProfileRequest& a) {
   if (!hw.disk_to_cpu_weights.empty()) {
     hw.disk_to_cpu_weights.emplace_back(static_cast<double>(disk.stream_bytes), hw.disk_to_cpu);
   }
+  for (size_t i = 0; i < disk.read_stream_sized_beside.size(); ++i) {
+    hw.disk_to_cpu_beside_compute.emplace_back(
+        static_cast<double>(disk.stream_sizes[i]),
+        round_rate(disk.read_stream_sized_beside_bytes_per_s(i)));
+  }
+  hw.disk_to_cpu_beside_compute.emplace_back(static_cast<double>(disk.stream_bytes),
+                                             round_rate(disk.read_stream_beside_bytes_per_s()));
   hw.gemm_prefill_flops = round_flops(gemm_prefill);
   hw.gemm_decode_flops = round_flops(gemm_decode);
   hw.attention_prefill_flops = round_flops(attention_prefill);
@@ -407,6 +420,19 @@ std::string measure_machine(const ProfileRequest& a) {
                                        static_cast<double>(disk.stream_sized_pass_bytes[i])));
     }
   }
+  h += fmt::format(
+      "#   links.disk_to_cpu_beside_compute: the same loads (each size, the largest\n"
+      "#     last) while the cores compute as a decode does ({} on\n"
+      "#     every thread, again and again), in the same rounds:\n",
+      gemm_text(plan.gemm_decode));
+  for (size_t i = 0; i < disk.read_stream_sized_beside.size(); ++i) {
+    h += fmt::format("#     {} requests: {}\n",
+                     format_bytes(static_cast<double>(disk.stream_sizes[i])),
+                     rate_with_range(disk.read_stream_sized_beside[i],
+                                     static_cast<double>(disk.stream_sized_pass_bytes[i])));
+  }
+  h += fmt::format("#     {} requests: {}\n", format_bytes(static_cast<double>(disk.stream_bytes)),
+                   rate_with_range(disk.read_stream_beside, stream_pass_b));
   h += fmt::format("#   links.cpu_to_disk: {}\n", rate_with_range(disk.write, file_b));
   h += "#     the same as writes, each pass ending in fdatasync\n";
   h += fmt::format("#   links.cpu_to_disk_kv: {}\n", rate_with_range(disk.write_kv, kv_pass_b));
@@ -482,8 +508,14 @@ HardwareProfile this_machine_profile(const std::string& offload_dir) {
   if (fs::exists(path)) {
     try {
       HardwareProfile hw = load_hardware_profile(path);
-      spdlog::info("policy auto: this machine's profile from {}", path);
-      return hw;
+      if (!hw.disk_to_cpu_beside_compute.empty()) {
+        spdlog::info("policy auto: this machine's profile from {}", path);
+        return hw;
+      }
+      spdlog::info(
+          "policy auto: the cached profile {} has no disk reads measured beside compute (an "
+          "earlier version measured it); measuring again",
+          path);
     } catch (const Error& e) {
       spdlog::warn("policy auto: the cached profile {} is not usable ({}); measuring again", path,
                    e.what());

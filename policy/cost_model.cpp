@@ -305,8 +305,16 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   const double c2g = hw.cpu_to_gpu, g2c = hw.gpu_to_cpu, g2c_kv = hw.gpu_to_cpu_kv;
   const double d2c = hw.disk_to_cpu, c2d = hw.cpu_to_disk, c2d_kv = hw.cpu_to_disk_kv;
   const double dev_bw = hw.device_mem_bandwidth;
-  // A layer's weights on disk are one request (at most two in flight).
-  const double d2c_w = hw.weight_read_rate(w_layer);
+  // A layer's weights on disk are one request (at most two in flight), read
+  // beside the compute of the layer before, sharing the cores with it: at
+  // the share of the rate alone measured so at a layer's size
+  // (HardwareProfile::disk_share_beside_compute), as if the whole read
+  // overlapped compute (a disk-bound step reads part of its time alone, a
+  // little faster). KV page reads are priced at their rates alone: the
+  // profile does not measure them beside compute (priced at the weights'
+  // share at 1M, 0.2-0.25 on a 2-core machine, they made the search trade
+  // KV on disk for micro-batches of one, which measured slower).
+  const double d2c_w = hw.weight_read_rate(w_layer) * hw.disk_share_beside_compute(w_layer);
   // KV on disk: a sequence's disk pages of one layer are records in extents
   // of consecutive slots (core/kv_layout.h), read an extent (or the disk
   // pages the sequence has, on average over the decode) per request. The

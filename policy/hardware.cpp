@@ -99,6 +99,12 @@ double HardwareProfile::weight_read_rate(double request_bytes) const {
   return rate_by_size(disk_to_cpu_weights, request_bytes, disk_to_cpu);
 }
 
+double HardwareProfile::disk_share_beside_compute(double request_bytes) const {
+  if (disk_to_cpu_beside_compute.empty()) return 1;
+  return std::min(1.0, rate_by_size(disk_to_cpu_beside_compute, request_bytes, disk_to_cpu) /
+                           weight_read_rate(request_bytes));
+}
+
 double HardwareProfile::cpu_attention_rate(int64_t gpu_batch_size, int64_t hidden) const {
   const double lb =
       std::max(0.0, std::log2(64.0 / static_cast<double>(std::max<int64_t>(1, gpu_batch_size))));
@@ -120,7 +126,8 @@ void validate_hardware_profile(const HardwareProfile& hw, const std::string& sou
   for (const auto& [table, name] :
        {std::pair{&hw.disk_to_cpu_kv, "links.disk_to_cpu_kv"},
         std::pair{&hw.disk_to_cpu_kv_batches, "links.disk_to_cpu_kv_batches"},
-        std::pair{&hw.disk_to_cpu_weights, "links.disk_to_cpu_weights"}}) {
+        std::pair{&hw.disk_to_cpu_weights, "links.disk_to_cpu_weights"},
+        std::pair{&hw.disk_to_cpu_beside_compute, "links.disk_to_cpu_beside_compute"}}) {
     const bool batches = table == &hw.disk_to_cpu_kv_batches;
     for (size_t i = 0; i < table->size(); ++i) {
       const auto& [size, rate] = (*table)[i];
@@ -185,7 +192,7 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
   const Map links = root.map("links");
   links.check_keys({"disk_to_cpu", "cpu_to_disk", "cpu_to_gpu", "gpu_to_cpu", "gpu_to_cpu_kv",
                     "cpu_to_disk_kv", "disk_to_cpu_kv", "disk_to_cpu_kv_batches",
-                    "disk_to_cpu_weights"});
+                    "disk_to_cpu_weights", "disk_to_cpu_beside_compute"});
   hw.disk_to_cpu = links.bytes("disk_to_cpu");
   hw.cpu_to_disk = links.bytes("cpu_to_disk");
   if (hw.device == DeviceKind::kGpu) {
@@ -197,8 +204,10 @@ HardwareProfile parse_hardware_profile(const std::string& yaml_text, const std::
   }
   hw.gpu_to_cpu_kv = links.optional_bytes("gpu_to_cpu_kv").value_or(hw.gpu_to_cpu);
   hw.cpu_to_disk_kv = links.optional_bytes("cpu_to_disk_kv").value_or(hw.cpu_to_disk);
-  for (const auto& [table, key] : {std::pair{&hw.disk_to_cpu_kv, "disk_to_cpu_kv"},
-                                   std::pair{&hw.disk_to_cpu_weights, "disk_to_cpu_weights"}}) {
+  for (const auto& [table, key] :
+       {std::pair{&hw.disk_to_cpu_kv, "disk_to_cpu_kv"},
+        std::pair{&hw.disk_to_cpu_weights, "disk_to_cpu_weights"},
+        std::pair{&hw.disk_to_cpu_beside_compute, "disk_to_cpu_beside_compute"}}) {
     const auto by_size = links.optional_map(key);
     if (!by_size) continue;
     for (const auto& item : links.node(key)) {
@@ -334,8 +343,10 @@ std::string hardware_profile_to_yaml(const HardwareProfile& hw) {
     e << YAML::Key << "gpu_to_cpu_kv" << YAML::Value << size_text(hw.gpu_to_cpu_kv);
   }
   e << YAML::Key << "cpu_to_disk_kv" << YAML::Value << size_text(hw.cpu_to_disk_kv);
-  for (const auto& [table, key] : {std::pair{&hw.disk_to_cpu_kv, "disk_to_cpu_kv"},
-                                   std::pair{&hw.disk_to_cpu_weights, "disk_to_cpu_weights"}}) {
+  for (const auto& [table, key] :
+       {std::pair{&hw.disk_to_cpu_kv, "disk_to_cpu_kv"},
+        std::pair{&hw.disk_to_cpu_weights, "disk_to_cpu_weights"},
+        std::pair{&hw.disk_to_cpu_beside_compute, "disk_to_cpu_beside_compute"}}) {
     if (table->empty()) continue;
     e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
     for (const auto& [size, rate] : *table) {

@@ -35,6 +35,11 @@
 //     disk_to_cpu_weights: {1M: 1.1G, 4M: 1.9G, 16M: 2.8G}
 //                                    # optional: weight loads by request size (a
 //                                    # layer's weights on disk; default disk_to_cpu)
+//     disk_to_cpu_beside_compute: {1M: 0.6G, 4M: 1.6G, 64M: 2.3G}
+//                                    # optional: the same weight loads while the
+//                                    # compute device computes on every thread (a
+//                                    # CPU device shares its cores with the I/O);
+//                                    # default: as fast as alone
 //   device_compute:                  # optional with device: cpu (then from cpu_compute)
 //     gemm_prefill_tflops: 21.24     # matrix products over many tokens
 //     gemm_decode_tflops: 4.3        # matrix products of one token per sequence
@@ -89,6 +94,9 @@ struct HardwareProfile {
   // layers: (request bytes, bytes per second), sizes increasing; empty:
   // disk_to_cpu.
   std::vector<std::pair<double, double>> disk_to_cpu_weights;
+  // The same loads while the compute device computes: (request bytes, bytes
+  // per second), sizes increasing; empty: not measured, as fast as alone.
+  std::vector<std::pair<double, double>> disk_to_cpu_beside_compute;
 
   // Compute device, FLOP/s (and bytes/s for the roofline; 0 = no roofline).
   double gemm_prefill_flops = 0;
@@ -117,6 +125,10 @@ struct HardwareProfile {
   double kv_read_rate(double request_bytes, double batch = 0) const;
   // The same for weight loads (disk_to_cpu_weights).
   double weight_read_rate(double request_bytes) const;
+  // The share of its rate alone that a read of `request_bytes` gets beside
+  // compute: disk_to_cpu_beside_compute over weight_read_rate at that size
+  // (each interpolated likewise), at most 1; 1 when not measured.
+  double disk_share_beside_compute(double request_bytes) const;
   // CPU attention rate for a micro-batch size and hidden size (applies the fit).
   double cpu_attention_rate(int64_t gpu_batch_size, int64_t hidden) const;
 };

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -154,6 +155,13 @@ void expect_measured(const HardwareProfile& hw) {
   }
   EXPECT_GT(hw.disk_to_cpu_weights[3].first, hw.disk_to_cpu_weights[2].first);
   EXPECT_EQ(hw.disk_to_cpu_weights[3].second, hw.disk_to_cpu);
+  // The same loads beside compute, at the same sizes.
+  ASSERT_EQ(hw.disk_to_cpu_beside_compute.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(hw.disk_to_cpu_beside_compute[i].first, hw.disk_to_cpu_weights[i].first);
+    EXPECT_GT(hw.disk_to_cpu_beside_compute[i].second, 1e5);
+    EXPECT_LT(hw.disk_to_cpu_beside_compute[i].second, 1e13);
+  }
 }
 
 TEST(Profile, QuickWritesAProfileThatPolicyPlansWith) {
@@ -291,7 +299,27 @@ TEST(Profile, WeightReadsAreTimedInInterleavedRounds) {
   o.stream_sized_bytes = uint64_t{8} << 20;
   o.kv_read_sizes = {size_t{16} << 10};
   o.kv_read_requests = 64;
+  // A load beside the large requests' pass: running while it reads, and
+  // stopped (returned) once it is done.
+  std::atomic<int> starts{0}, running{0};
+  std::atomic<int64_t> spins{0};
+  o.beside = [&](const std::atomic<bool>& stop) {
+    ++starts;
+    ++running;
+    while (!stop) ++spins;
+    --running;
+  };
   const DiskRates r = measure_disk(s.dir.string(), o);
+  EXPECT_EQ(starts, 4 * 3);  // each size in the warm-up round and three timed ones
+  EXPECT_EQ(running, 0);
+  EXPECT_GT(spins, 0);
+  EXPECT_EQ(r.read_stream_beside.n, 3);
+  EXPECT_GT(r.read_stream_beside_bytes_per_s(), 0);
+  ASSERT_EQ(r.read_stream_sized_beside.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(r.read_stream_sized_beside[i].n, 3);
+    EXPECT_GT(r.read_stream_sized_beside_bytes_per_s(i), 0);
+  }
   EXPECT_EQ(r.stream_pass_bytes, uint64_t{16} << 20);
   EXPECT_EQ(r.read_stream.n, 3);
   ASSERT_EQ(r.stream_sizes, (std::vector<size_t>{size_t{1} << 20, size_t{4} << 20}));

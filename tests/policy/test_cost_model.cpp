@@ -493,6 +493,25 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
   const CostModel w = build_cost_model(t.shape, t.hw, t.work, t.pol);
   EXPECT_REL(term(w.decode_layer, "disk->cpu", x), kWl * 0.25 / 125 + kKt * 10 * 6 * 0.25 / 100);
   EXPECT_REL(term(w.prefill_layer, "disk->cpu", x), kWl * 0.25 / 125);
+  // Weight loads measured beside compute: a layer's weights (kWl * 0.25 on
+  // disk) at the share of their rate alone at a layer's size (40 of 100);
+  // the KV records (4K each; 20 of 100 at that size beside compute: not
+  // applied to KV reads) and the prefill's head and embeddings (nothing
+  // computes beside them) at the rate alone.
+  t.hw.disk_to_cpu_weights.clear();
+  t.hw.disk_to_cpu_beside_compute = {{4096, 20}, {kWl, 40}};
+  EXPECT_REL(t.hw.disk_share_beside_compute(kWl), 0.4);
+  EXPECT_REL(t.hw.disk_share_beside_compute(1024), 0.2);
+  const CostModel bs = build_cost_model(t.shape, t.hw, t.work, t.pol);
+  EXPECT_REL(term(bs.decode_layer, "disk->cpu", x), kWl * 0.25 / 40 + kKt * 10 * 6 * 0.25 / 100);
+  EXPECT_REL(term(bs.prefill_layer, "disk->cpu", x), kWl * 0.25 / 40);
+  EXPECT_GT(term(bs.prefill_head, "disk->cpu", x), 0);
+  EXPECT_REL(term(bs.prefill_head, "disk->cpu", x), term(m.prefill_head, "disk->cpu", x));
+  // Faster beside compute than alone is noise: never above the rate alone.
+  t.hw.disk_to_cpu_beside_compute = {{kWl, 400}};
+  EXPECT_EQ(t.hw.disk_share_beside_compute(kWl), 1);
+  EXPECT_REL(term(build_cost_model(t.shape, t.hw, t.work, t.pol).decode_layer, "disk->cpu", x),
+             (kWl * 0.25 + kKt * 10 * 6 * 0.25) / 100);
 }
 
 TEST(PolicyCostModel, TiedEmbeddingsAreReadOncePerDecodeStep) {
@@ -548,8 +567,7 @@ TEST(PolicyCostModel, BusySecondsSumEveryStepOfABlock) {
   const Prediction pr = evaluate(mr, ram, budgets_of(t.hw));
   EXPECT_EQ(pr.block_busy_s.at("disk->cpu"), 0);
   EXPECT_REL(pr.block_busy_s.at("compute"), pr.total_s);
-  // With speculation a block has (n - 1) / tokens-per-step decode steps;
-  // with shared prefixes its prefix steps pass over the layers too.
+  // With speculation a block has (n - 1) / tokens-per-step decode steps.
   Workload spec = t.work;
   spec.spec_tokens = 1.5;
   spec.spec_rows = 2;
@@ -558,6 +576,19 @@ TEST(PolicyCostModel, BusySecondsSumEveryStepOfABlock) {
       ms.busy_seconds(x).at("disk->cpu"),
       L * term(ms.prefill_layer, "disk->cpu", x) + term(ms.prefill_head, "disk->cpu", x) +
           2 * (L * term(ms.decode_layer, "disk->cpu", x) + term(ms.decode_head, "disk->cpu", x)));
+  // Shared prefixes: a prefix step in half the blocks (its layers and head).
+  Workload prefix = t.work;
+  prefix.shared_tokens = 4;
+  prefix.prefix_step_tokens = 6;
+  prefix.prefix_steps = 0.5;
+  const CostModel mp = build_cost_model(t.shape, t.hw, prefix, t.pol);
+  EXPECT_GT(term(mp.prefix_layer, "disk->cpu", x), 0);
+  EXPECT_REL(
+      mp.busy_seconds(x).at("disk->cpu"),
+      0.5 * (L * term(mp.prefix_layer, "disk->cpu", x) + term(mp.prefix_head, "disk->cpu", x)) +
+          L * term(mp.prefill_layer, "disk->cpu", x) + term(mp.prefill_head, "disk->cpu", x) +
+          steps *
+              (L * term(mp.decode_layer, "disk->cpu", x) + term(mp.decode_head, "disk->cpu", x)));
   // Beside a GPU, CPU attention is its own queue.
   TinyCase g;
   g.pol.cpu_attention = true;

@@ -276,6 +276,36 @@ cpu_compute: {gemm_tflops: 1, attention_tflops: 0.1}
   EXPECT_CONTAINS(e, "hw.yaml: links.disk_to_cpu_weights");
 }
 
+TEST(PolicyHardwareYaml, DiskReadsBesideComputeAreOptional) {
+  const std::string text =
+      "name: b\ndevice: cpu\nmemory: {cpu: 1G, disk: 16G}\n"
+      "links: {disk_to_cpu: 2G, cpu_to_disk: 1G, disk_to_cpu_weights: {1M: 1G, 64M: 2G}%s}\n"
+      "cpu_compute: {gemm_tflops: 1, attention_tflops: 0.1}\n";
+  const auto with = [&](const std::string& extra) {
+    std::string t = text;
+    t.replace(t.find("%s"), 2, extra);
+    return t;
+  };
+  const HardwareProfile idle = parse_hardware_profile(with(""), "b.yaml");
+  EXPECT_TRUE(idle.disk_to_cpu_beside_compute.empty());
+  EXPECT_EQ(idle.disk_share_beside_compute(1 << 20), 1);
+  const HardwareProfile hw = parse_hardware_profile(
+      with(", disk_to_cpu_beside_compute: {64M: 1.5G, 1M: 0.25G}"), "b.yaml");
+  const double g = 1073741824.0;
+  ASSERT_EQ(hw.disk_to_cpu_beside_compute.size(), 2u);
+  EXPECT_EQ(hw.disk_to_cpu_beside_compute[0], std::make_pair(1048576.0, 0.25 * g));  // sorted
+  EXPECT_EQ(hw.disk_share_beside_compute(1 << 20), 0.25);
+  EXPECT_EQ(hw.disk_share_beside_compute(64 << 20), 0.75);
+  EXPECT_DOUBLE_EQ(hw.disk_share_beside_compute(8 << 20), 0.875 / 1.5);  // both half way in log2
+  EXPECT_EQ(hw.disk_share_beside_compute(1 << 10), 0.25);                // the ends beyond them
+  const HardwareProfile again = parse_hardware_profile(hardware_profile_to_yaml(hw), "again");
+  EXPECT_EQ(again.disk_to_cpu_beside_compute, hw.disk_to_cpu_beside_compute);
+  EXPECT_EQ(hardware_profile_to_yaml(idle).find("beside"), std::string::npos);
+  const std::string e = error_of(
+      [&] { parse_hardware_profile(with(", disk_to_cpu_beside_compute: {1M: -1G}"), "b.yaml"); });
+  EXPECT_CONTAINS(e, "b.yaml: links.disk_to_cpu_beside_compute");
+}
+
 TEST(PolicyHardwareYaml, BadProfilesNameTheKey) {
   std::string e = error_of(
       [] { parse_hardware_profile(test::tiny_gpu_yaml("{gpu: lots, cpu: 4G}"), "hw.yaml"); });
