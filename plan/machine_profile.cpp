@@ -495,6 +495,12 @@ std::string measure_machine(const ProfileRequest& a) {
   return h + body;
 }
 
+std::string this_machine_profile_path(const std::string& offload_dir) {
+  return (fs::path(profile_cache_dir(offload_dir)) /
+          ("hardware-" + machine_key(offload_dir) + ".yaml"))
+      .string();
+}
+
 HardwareProfile this_machine_profile(const std::string& offload_dir) {
   std::error_code ec;
   fs::create_directories(offload_dir, ec);
@@ -502,9 +508,7 @@ HardwareProfile this_machine_profile(const std::string& offload_dir) {
     fail("--offload-dir {}: cannot create the directory: {}; choose a directory you can write to",
          offload_dir, ec.message());
   }
-  const std::string path = (fs::path(profile_cache_dir(offload_dir)) /
-                            ("hardware-" + machine_key(offload_dir) + ".yaml"))
-                               .string();
+  const std::string path = this_machine_profile_path(offload_dir);
   if (fs::exists(path)) {
     try {
       HardwareProfile hw = load_hardware_profile(path);

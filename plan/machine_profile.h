@@ -48,8 +48,11 @@ std::string measure_machine(const ProfileRequest& request);
 // This machine's profile for --policy auto: cached under
 // $XDG_CACHE_HOME/strata (or ~/.cache/strata, else the offload directory),
 // keyed by host, CPU, RAM and the offload directory's filesystem; measured
-// once (quick, a 1G disk file in `offload_dir`) when absent or unreadable.
+// once (quick, a 1G disk file in `offload_dir`) when absent, unreadable or
+// measured by an earlier version (no links.disk_to_cpu_beside_compute).
 HardwareProfile this_machine_profile(const std::string& offload_dir);
+// The file this_machine_profile caches it in.
+std::string this_machine_profile_path(const std::string& offload_dir);
 
 // Where measurements of this machine are cached: $XDG_CACHE_HOME/strata or
 // ~/.cache/strata when writable, else `offload_dir`.

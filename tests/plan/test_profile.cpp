@@ -25,6 +25,7 @@
 
 #include "core/error.h"
 #include "offload/measure.h"
+#include "plan/machine_profile.h"
 #include "policy/hardware.h"
 #include "support/run_cli.h"
 
@@ -286,6 +287,34 @@ TEST(Profile, UnwritableOutputFailsBeforeMeasuring) {
 // The weight-load reads: every size timed once per round (rounds interleaved
 // over the sizes), each rate the bytes over the time of all its passes, so
 // that it lies between its slowest and fastest pass.
+TEST(Profile, PolicyAutoMeasuresAgainAProfileCachedWithoutLoadsBesideCompute) {
+  Scratch s("cache");
+  const fs::path offload = s.dir / "offload";
+  fs::create_directories(offload);
+  ASSERT_EQ(::setenv("XDG_CACHE_HOME", (s.dir / "cache").c_str(), 1), 0);
+  const std::string path = this_machine_profile_path(offload.string());
+  EXPECT_EQ(fs::path(path).parent_path(), s.dir / "cache" / "strata");
+  // An earlier version's profile: readable, but without the loads beside
+  // compute.
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << "name: stale\ndevice: cpu\nmemory: {cpu: 1G, disk: 16G}\n"
+                         "links: {disk_to_cpu: 2G, cpu_to_disk: 1G}\n"
+                         "cpu_compute: {gemm_tflops: 1, attention_tflops: 0.1}\n";
+  ASSERT_TRUE(load_hardware_profile(path).disk_to_cpu_beside_compute.empty());
+  const HardwareProfile hw = this_machine_profile(offload.string());
+  EXPECT_EQ(hw.name, "this-machine");
+  expect_measured(hw);
+  const HardwareProfile cached = load_hardware_profile(path);
+  EXPECT_EQ(cached.name, "this-machine");
+  EXPECT_EQ(cached.disk_to_cpu_beside_compute, hw.disk_to_cpu_beside_compute);
+  // Now it is read from the cache, not measured again.
+  const auto written = fs::last_write_time(path);
+  EXPECT_EQ(this_machine_profile(offload.string()).disk_to_cpu_beside_compute,
+            hw.disk_to_cpu_beside_compute);
+  EXPECT_EQ(fs::last_write_time(path), written);
+  EXPECT_TRUE(stray_files(offload, {}).empty());  // the disk measurement's file is gone
+}
+
 TEST(Profile, WeightReadsAreTimedInInterleavedRounds) {
   Scratch s("stream");
   DiskMeasureOptions o;
