@@ -312,7 +312,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // overlapped compute (a disk-bound step reads part of its time alone, a
   // little faster). KV page reads are priced at their rates alone: the
   // profile does not measure them beside compute (priced at the weights'
-  // share at 1M, 0.2-0.25 on a 2-core machine, they made the search trade
+  // share at 1M, about 0.2 on a 2-core machine, they made the search trade
   // KV on disk for micro-batches of one, which measured slower).
   const double d2c_w = hw.weight_read_rate(w_layer) * hw.disk_share_beside_compute(w_layer);
   // KV on disk: a sequence's disk pages of one layer are records in extents
