@@ -284,9 +284,6 @@ TEST(Profile, UnwritableOutputFailsBeforeMeasuring) {
       {s.dir.string(), "is a directory"});
 }
 
-// The weight-load reads: every size timed once per round (rounds interleaved
-// over the sizes), each rate the bytes over the time of all its passes, so
-// that it lies between its slowest and fastest pass.
 TEST(Profile, PolicyAutoMeasuresAgainAProfileCachedWithoutLoadsBesideCompute) {
   Scratch s("cache");
   const fs::path offload = s.dir / "offload";
@@ -315,6 +312,9 @@ TEST(Profile, PolicyAutoMeasuresAgainAProfileCachedWithoutLoadsBesideCompute) {
   EXPECT_TRUE(stray_files(offload, {}).empty());  // the disk measurement's file is gone
 }
 
+// The weight-load reads: every size timed once per round (rounds interleaved
+// over the sizes), each rate the bytes over the time of all its passes, so
+// that it lies between its slowest and fastest pass.
 TEST(Profile, WeightReadsAreTimedInInterleavedRounds) {
   Scratch s("stream");
   DiskMeasureOptions o;
@@ -328,8 +328,8 @@ TEST(Profile, WeightReadsAreTimedInInterleavedRounds) {
   o.stream_sized_bytes = uint64_t{8} << 20;
   o.kv_read_sizes = {size_t{16} << 10};
   o.kv_read_requests = 64;
-  // A load beside the large requests' pass: running while it reads, and
-  // stopped (returned) once it is done.
+  // A load beside each size's pass: running while it reads, and stopped
+  // (returned) once it is done.
   std::atomic<int> starts{0}, running{0};
   std::atomic<int64_t> spins{0};
   o.beside = [&](const std::atomic<bool>& stop) {
