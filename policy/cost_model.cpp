@@ -399,9 +399,10 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
                          (kv_token * kv_in / d2c_kv) * disk(KV);
     const Affine c2d_s =
         (kv_token * kv_out / c2d_kv) * disk(KV) + (hid_token * act / c2d) * disk(ACT);
+    // One disk serves the reads and the writes: its time is their sum.
     if (unified) {
       st.terms = {{"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}};
-      st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}};
+      st.bounds = {{"disk->cpu + cpu->disk", {0, 1}}};
     } else {
       const Affine c2g_s =
           (1 / c2g) * (w_layer * off(W) + hid_token * act * off(ACT) + kv_token * kv_in * off(KV));
@@ -409,7 +410,9 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
           (kv_token * kv_out / g2c_kv) * off(KV) + (hid_token * act / g2c) * off(ACT);
       st.terms = {
           {"cpu->gpu", c2g_s}, {"disk->cpu", d2c_s}, {"gpu->cpu", g2c_s}, {"cpu->disk", c2d_s}};
-      st.bounds = {{"cpu->gpu + disk->cpu", {0, 1}}, {"gpu->cpu + cpu->disk", {2, 3}}};
+      st.bounds = {{"cpu->gpu + disk->cpu", {0, 1}},
+                   {"gpu->cpu + cpu->disk", {2, 3}},
+                   {"disk->cpu + cpu->disk", {1, 3}}};
     }
     CostBound compute_bound{"compute", {}};
     for (CostTerm& t : compute) {
@@ -445,7 +448,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       const Affine attn = affine_constant(B * attn_dev_seq);
       st.terms = {
           {"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, gemm}, {"attention", attn}};
-      st.bounds = {{"disk->cpu", {0}}, {"cpu->disk", {1}}, {"compute", {2, 3}}};
+      st.bounds = {{"disk->cpu + cpu->disk", {0, 1}}, {"compute", {2, 3}}};
     } else {
       // With CPU attention only q goes down and the attention output comes
       // back; without it the KV held off the device is loaded every step.
@@ -463,6 +466,7 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       st.bounds = {{"cpu->gpu + gpu->cpu", {0, 1}},
                    {"cpu->gpu + disk->cpu", {0, 2}},
                    {"cpu->gpu + cpu->disk", {0, 3}},
+                   {"disk->cpu + cpu->disk", {2, 3}},
                    {"cpu->gpu + compute", {0, 4, 5, 6}}};
     }
   }

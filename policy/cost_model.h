@@ -22,7 +22,9 @@
 //   prefill: max(cpu->gpu + disk->cpu, gpu->cpu + cpu->disk, compute)
 //   decode:  cpu->gpu + max(gpu->cpu, disk->cpu, cpu->disk, compute)
 // (disk reads relay through CPU memory on the host->device queue; in decode
-// the host->device copies do not overlap the CPU's attention work.)
+// the host->device copies do not overlap the CPU's attention work.) Unlike
+// FlexGen, one disk serves the reads and the writes: disk->cpu + cpu->disk
+// is a bound of every step too (on a CPU device it replaces the two).
 // A block takes L*prefill_layer + prefill_head + (n-1)*(L*decode_layer +
 // decode_head), the head being the output projection of each step; with
 // speculative decoding (n-1)/E steps of R rows per sequence, and with

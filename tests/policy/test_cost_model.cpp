@@ -102,11 +102,15 @@ TEST(PolicyCostModel, PrefillTermsByHand) {
   EXPECT_REL(term(m.prefill_layer, "cpu->disk", x), kKt * s * B * kn / 25 + kHt * s * B * hn / 50);
   EXPECT_REL(term(m.prefill_layer, "gemm", x), k * g * s * 2 * kLayerElems / 1e6);
   EXPECT_REL(term(m.prefill_layer, "attention", x), B * 4 * s * s * 64 / 2e6);
-  // max(load relay, store relay, compute)
+  // max(load relay, store relay, the disk's reads and writes, compute):
+  // here the disk binds (the KV stored to disk at 25 beside the weights
+  // read from it at 100).
   const double load = (kWl * 0.75 + kHt * s * B * 0.5) / 1000 + kWl * wn / 100;
   const double store = kKt * s * B * 0.5 / 250 + kHt * s * B * 0.5 / 500 + kKt * s * B * kn / 25;
+  const double disk = kWl * wn / 100 + kKt * s * B * kn / 25;
   const double compute = k * g * s * 2 * kLayerElems / 1e6 + B * 4 * s * s * 64 / 2e6;
-  EXPECT_REL(m.prefill_layer.seconds(x), std::max({load, store, compute}));
+  EXPECT_GT(disk, std::max({load, store, compute}));
+  EXPECT_REL(m.prefill_layer.seconds(x), std::max({load, store, disk, compute}));
   // Output head: only the last position's logits; the step stages the
   // embedding table (as large as the head) and the head.
   EXPECT_REL(m.prefill_head.seconds(x),
@@ -134,9 +138,10 @@ TEST(PolicyCostModel, DecodeTermsByHandWithCpuAttention) {
   EXPECT_REL(term(m.decode_layer, "gemm", x), gemm);
   EXPECT_REL(term(m.decode_layer, "attention (gpu)", x), attn_gpu);
   EXPECT_REL(term(m.decode_layer, "attention (cpu)", x), attn_cpu);
-  // FlexGen's form: cpu->gpu + max(gpu->cpu, disk->cpu, cpu->disk, compute).
+  // FlexGen's form, cpu->gpu + max(gpu->cpu, disk->cpu, cpu->disk, compute),
+  // and the one disk's reads and writes together.
   EXPECT_REL(m.decode_layer.seconds(x),
-             c2g + std::max({g2c, d2c, c2d, gemm + attn_gpu + attn_cpu}));
+             std::max(c2g + std::max({g2c, d2c, c2d, gemm + attn_gpu + attn_cpu}), d2c + c2d));
   // A block: L prefill steps and a head, then (n-1) decode steps of L layers and a head.
   EXPECT_REL(m.decode_seconds(x), 3 * (2 * m.decode_layer.seconds(x) + m.decode_head.seconds(x)));
   EXPECT_REL(m.prefill_seconds(x), 2 * m.prefill_layer.seconds(x) + m.prefill_head.seconds(x));
@@ -439,6 +444,13 @@ TEST(PolicyCostModel, CpuDeviceUsesRamInPlace) {
              2 * kStageSlope * 0.25 + kKt * s * g * 0.25 + working(g, s, s));
   EXPECT_REL(m.memory[1][1].weights(x), kWtot * 0.75);
   EXPECT_REL(term(m.decode_layer, "disk->cpu", x), (kWl * 0.25 + kKt * 10 * 6 * 0.25) / 100);
+  // One disk reads and writes: a step lasts its reads plus its writes, or
+  // its compute.
+  for (const StepCost* st : {&m.prefill_layer, &m.decode_layer}) {
+    const double io = term(*st, "disk->cpu", x) + term(*st, "cpu->disk", x);
+    EXPECT_GT(term(*st, "cpu->disk", x), 0);
+    EXPECT_REL(st->seconds(x), std::max(io, term(*st, "gemm", x) + term(*st, "attention", x)));
+  }
   // The engine's KV in f32 (it computes in f32): twice the bytes to hold,
   // store and read of the f16 the model assumes by default.
   Workload f32_kv = t.work;
