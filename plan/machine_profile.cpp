@@ -495,9 +495,9 @@ std::string measure_machine(const ProfileRequest& a) {
   return h + body;
 }
 
-std::string this_machine_profile_path(const std::string& offload_dir) {
+std::string this_machine_profile_path(const std::string& offload_dir, int version) {
   return (fs::path(profile_cache_dir(offload_dir)) /
-          ("hardware-" + machine_key(offload_dir) + ".yaml"))
+          fmt::format("hardware-v{}-{}.yaml", version, machine_key(offload_dir)))
       .string();
 }
 
@@ -512,14 +512,8 @@ HardwareProfile this_machine_profile(const std::string& offload_dir) {
   if (fs::exists(path)) {
     try {
       HardwareProfile hw = load_hardware_profile(path);
-      if (!hw.disk_to_cpu_beside_compute.empty()) {
-        spdlog::info("policy auto: this machine's profile from {}", path);
-        return hw;
-      }
-      spdlog::info(
-          "policy auto: the cached profile {} has no disk reads measured beside compute (an "
-          "earlier version measured it); measuring again",
-          path);
+      spdlog::info("policy auto: this machine's profile from {}", path);
+      return hw;
     } catch (const Error& e) {
       spdlog::warn("policy auto: the cached profile {} is not usable ({}); measuring again", path,
                    e.what());

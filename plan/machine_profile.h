@@ -40,6 +40,13 @@ struct ProfileRequest {
 // else /tmp.
 std::string choose_profile_dir(const std::string& dir, uint64_t disk_bytes);
 
+// What measure_machine measures and how: raised whenever a change makes
+// profiles measured before it wrong or incomplete for the cost model (a new
+// table, a new way of timing), so that --policy auto measures again instead
+// of reading a cached profile of an earlier version. 2: disk reads beside
+// compute (links.disk_to_cpu_beside_compute).
+inline constexpr int kMachineProfileVersion = 2;
+
 // Checks the request (Error naming the flag and value), measures, and
 // returns the profile's YAML with a header saying the machine, the date, the
 // commit and how each number was measured (progress lines on the log).
@@ -47,12 +54,14 @@ std::string measure_machine(const ProfileRequest& request);
 
 // This machine's profile for --policy auto: cached under
 // $XDG_CACHE_HOME/strata (or ~/.cache/strata, else the offload directory),
-// keyed by host, CPU, RAM and the offload directory's filesystem; measured
-// once (quick, a 1G disk file in `offload_dir`) when absent, unreadable or
-// measured by an earlier version (no links.disk_to_cpu_beside_compute).
+// keyed by host, CPU, RAM, the offload directory's filesystem and
+// kMachineProfileVersion; measured once (quick, a 1G disk file in
+// `offload_dir`) when absent or unreadable.
 HardwareProfile this_machine_profile(const std::string& offload_dir);
-// The file this_machine_profile caches it in.
-std::string this_machine_profile_path(const std::string& offload_dir);
+// The file this_machine_profile caches it in:
+// hardware-v<version>-<key>.yaml.
+std::string this_machine_profile_path(const std::string& offload_dir,
+                                      int version = kMachineProfileVersion);
 
 // Where measurements of this machine are cached: $XDG_CACHE_HOME/strata or
 // ~/.cache/strata when writable, else `offload_dir`.

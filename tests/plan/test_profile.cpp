@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -284,20 +285,27 @@ TEST(Profile, UnwritableOutputFailsBeforeMeasuring) {
       {s.dir.string(), "is a directory"});
 }
 
-TEST(Profile, PolicyAutoMeasuresAgainAProfileCachedWithoutLoadsBesideCompute) {
+TEST(Profile, PolicyAutoMeasuresAgainAProfileCachedByAnEarlierVersion) {
   Scratch s("cache");
   const fs::path offload = s.dir / "offload";
   fs::create_directories(offload);
   ASSERT_EQ(::setenv("XDG_CACHE_HOME", (s.dir / "cache").c_str(), 1), 0);
   const std::string path = this_machine_profile_path(offload.string());
   EXPECT_EQ(fs::path(path).parent_path(), s.dir / "cache" / "strata");
-  // An earlier version's profile: readable, but without the loads beside
-  // compute.
+  EXPECT_NE(
+      fs::path(path).filename().string().find(fmt::format("hardware-v{}-", kMachineProfileVersion)),
+      std::string::npos)
+      << path;
+  // An earlier version's profile (readable, without the loads beside
+  // compute), cached under that version's name.
+  const std::string earlier =
+      this_machine_profile_path(offload.string(), kMachineProfileVersion - 1);
+  ASSERT_NE(earlier, path);
   fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path) << "name: stale\ndevice: cpu\nmemory: {cpu: 1G, disk: 16G}\n"
-                         "links: {disk_to_cpu: 2G, cpu_to_disk: 1G}\n"
-                         "cpu_compute: {gemm_tflops: 1, attention_tflops: 0.1}\n";
-  ASSERT_TRUE(load_hardware_profile(path).disk_to_cpu_beside_compute.empty());
+  std::ofstream(earlier) << "name: stale\ndevice: cpu\nmemory: {cpu: 1G, disk: 16G}\n"
+                            "links: {disk_to_cpu: 2G, cpu_to_disk: 1G}\n"
+                            "cpu_compute: {gemm_tflops: 1, attention_tflops: 0.1}\n";
+  ASSERT_EQ(load_hardware_profile(earlier).name, "stale");
   const HardwareProfile hw = this_machine_profile(offload.string());
   EXPECT_EQ(hw.name, "this-machine");
   expect_measured(hw);
