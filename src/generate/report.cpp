@@ -137,6 +137,13 @@ std::string RunReport::prediction_warning() const {
 
 std::string RunReport::busy_miss(bool faster) const {
   if (!predicted || engine.blocks <= 0) return "";
+  // A link or queue busy for less than half the run cannot have set its
+  // pace: measured so when the run was slower than predicted (a KV store's
+  // latency behind the weight reads on the same disk, off the critical
+  // path, can be many times its prediction), predicted so when faster.
+  const double run_s =
+      faster ? static_cast<double>(engine.generated_tokens) / predicted->total_tokens_per_s
+             : total_s;
   std::string worst;
   double worst_excess = 0, worst_measured = 0, worst_predicted = 0;
   for (const auto& [name, block_s] : predicted->block_busy_s) {
@@ -152,6 +159,7 @@ std::string RunReport::busy_miss(bool faster) const {
     }
     // Beyond the tolerance, the most seconds off in the total's direction.
     const double excess = faster ? want - got : got - want;
+    if ((faster ? want : got) < kPaceShare * run_s) continue;
     if (excess > kPredictionTolerance * want && excess > worst_excess) {
       worst = name;
       worst_excess = excess;

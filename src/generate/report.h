@@ -75,10 +75,12 @@ struct RunReport {
   // links and queues the prediction gives busy times for (block_busy_s,
   // times the blocks run), the one whose measured time is the most seconds
   // off its prediction in the total's direction (longer when `faster` is
-  // false) among those off by more than kPredictionTolerance; empty when
-  // none is.
+  // false) among those off by more than kPredictionTolerance and busy for
+  // at least kPaceShare of the run (measured; predicted when `faster`);
+  // empty when none is.
   std::string busy_miss(bool faster) const;
   static constexpr double kPredictionTolerance = 0.25;
+  static constexpr double kPaceShare = 0.5;
   // The decode time: the engine's decode steps and the draft model's work.
   double decode_s() const { return engine.decode_s + draft_s; }
 
