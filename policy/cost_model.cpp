@@ -73,6 +73,18 @@ Affine share(DataKind kind, Tier tier) {
   return a;
 }
 
+std::string CostTerm::busy_name() const {
+  switch (kind) {
+    case Kind::kLink:
+      return name;
+    case Kind::kCompute:
+      return "compute";
+    case Kind::kCpuAttention:
+      return "cpu attention";
+  }
+  return name;
+}
+
 Affine StepCost::bound_seconds(size_t b) const {
   Affine sum;
   for (int t : bounds[b].terms) sum += terms[t].seconds;
@@ -96,11 +108,10 @@ std::string StepCost::bound_label(size_t b, const Placement& x) const {
   std::string out;
   bool compute = false;
   for (int t : bounds[b].terms) {
-    const std::string& name = terms[t].name;
-    const bool is_compute = name == "gemm" || name == "layer" || name.rfind("attention", 0) == 0;
+    const bool is_compute = terms[t].kind != CostTerm::Kind::kLink;
     if (terms[t].seconds(x) <= 0 || (is_compute && compute)) continue;
     compute = compute || is_compute;
-    out += (out.empty() ? "" : " + ") + (is_compute ? std::string("compute") : name);
+    out += (out.empty() ? "" : " + ") + (is_compute ? std::string("compute") : terms[t].name);
   }
   return out.empty() ? bounds[b].name : out;
 }
@@ -127,12 +138,7 @@ std::map<std::string, double> CostModel::busy_seconds(const Placement& x) const 
   std::map<std::string, double> busy;
   const auto add = [&](const StepCost& st, double times) {
     if (times <= 0) return;
-    for (const CostTerm& t : st.terms) {
-      const bool link = t.name.find("->") != std::string::npos;
-      busy[link                          ? t.name
-           : t.name == "attention (cpu)" ? "cpu attention"
-                                         : "compute"] += times * t.seconds(x);
-    }
+    for (const CostTerm& t : st.terms) busy[t.busy_name()] += times * t.seconds(x);
   };
   const double L = static_cast<double>(shape.n_layer);
   const double decode_steps = static_cast<double>(work.gen_len - 1) / work.spec_tokens;
@@ -164,6 +170,7 @@ Policy normalize_policy(const Policy& p, const HardwareProfile& hw) {
 
 CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, const Workload& work,
                            const Policy& policy, const EngineCompute* compute) {
+  constexpr CostTerm::Kind kCompute = CostTerm::Kind::kCompute;
   if (work.prompt_len < 1) fail("--prompt-len: must be at least 1 (is {})", work.prompt_len);
   if (work.gen_len < 1) fail("--gen-len: must be at least 1 (is {})", work.gen_len);
   if (shape.max_context > 0 && work.prompt_len + work.gen_len > shape.max_context) {
@@ -424,14 +431,14 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
   // The prefill: s - shared new tokens per sequence; with shared prefixes
   // each micro-batch loads its shared pages' KV (where they live) once, and
   // stores only its sequences' own.
-  prefill_shaped(
-      m.prefill_layer, s_new * B, shared * k, s_new * B,
-      {{gemm_name, affine_constant(gemm_prefill)}, {"attention", affine_constant(attn_prefill)}});
+  prefill_shaped(m.prefill_layer, s_new * B, shared * k, s_new * B,
+                 {{gemm_name, affine_constant(gemm_prefill), kCompute},
+                  {"attention", affine_constant(attn_prefill), kCompute}});
   // The prefix step (shared prompt prefixes): one more pass over the layers
   // before the prefill, the weights streamed again, P tokens computed as one
   // prompt and their KV stored.
   if (P > 0) {
-    prefill_shaped(m.prefix_layer, P, 0, 0, {{gemm_name, affine_constant(layer_prefix)}});
+    prefill_shaped(m.prefix_layer, P, 0, 0, {{gemm_name, affine_constant(layer_prefix), kCompute}});
   }
 
   // ---- decode layer step ----
@@ -446,8 +453,10 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
     const Affine gemm = affine_constant(gemm_decode) + decode_stream_extra * disk(W);
     if (unified) {
       const Affine attn = affine_constant(B * attn_dev_seq);
-      st.terms = {
-          {"disk->cpu", d2c_s}, {"cpu->disk", c2d_s}, {gemm_name, gemm}, {"attention", attn}};
+      st.terms = {{"disk->cpu", d2c_s},
+                  {"cpu->disk", c2d_s},
+                  {gemm_name, gemm, kCompute},
+                  {"attention", attn, kCompute}};
       st.bounds = {{"disk->cpu + cpu->disk", {0, 1}}, {"compute", {2, 3}}};
     } else {
       // With CPU attention only q goes down and the attention output comes
@@ -460,9 +469,13 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       const Affine g2c_s = (1 / g2c) * (hid_token * R * B * off(ACT) + kv_out);
       const Affine attn_dev = (B * attn_dev_seq) * (cpu_attention ? gpu(KV) : affine_constant(1));
       const Affine attn_cpu = cpu_attention ? (B * attn_cpu_seq) * off(KV) : Affine();
-      st.terms = {{"cpu->gpu", c2g_s},          {"gpu->cpu", g2c_s}, {"disk->cpu", d2c_s},
-                  {"cpu->disk", c2d_s},         {"gemm", gemm},      {"attention (gpu)", attn_dev},
-                  {"attention (cpu)", attn_cpu}};
+      st.terms = {{"cpu->gpu", c2g_s},
+                  {"gpu->cpu", g2c_s},
+                  {"disk->cpu", d2c_s},
+                  {"cpu->disk", c2d_s},
+                  {"gemm", gemm, kCompute},
+                  {"attention (gpu)", attn_dev, kCompute},
+                  {"attention (cpu)", attn_cpu, CostTerm::Kind::kCpuAttention}};
       st.bounds = {{"cpu->gpu + gpu->cpu", {0, 1}},
                    {"cpu->gpu + disk->cpu", {0, 2}},
                    {"cpu->gpu + cpu->disk", {0, 3}},
@@ -491,11 +504,11 @@ CostModel build_cost_model(const ModelShape& shape, const HardwareProfile& hw, c
       // Likewise the first micro-batch's KV read for the first layer: a
       // step's page reads are planned when it begins, after the head.
       if (phase == Phase::kDecode) d2c_s += (kv_disk_s * g) * disk(KV);
-      st.terms = {{"disk->cpu", d2c_s}, {gemm_name, gemm}};
+      st.terms = {{"disk->cpu", d2c_s}, {gemm_name, gemm, kCompute}};
       st.bounds = {{"disk->cpu + compute", {0, 1}}};
     } else {
       const Affine c2g_s = ((w_head + w_embed) / c2g) * off(W);
-      st.terms = {{"cpu->gpu", c2g_s}, {"disk->cpu", d2c_s}, {"gemm", gemm}};
+      st.terms = {{"cpu->gpu", c2g_s}, {"disk->cpu", d2c_s}, {"gemm", gemm, kCompute}};
       if (phase == Phase::kPrefill) {
         st.bounds = {{"cpu->gpu + disk->cpu", {0, 1}}, {"compute", {2}}};
       } else {

@@ -132,8 +132,15 @@ Affine share(DataKind kind, Tier tier);
 
 // One link or compute term of a step, seconds.
 struct CostTerm {
+  // What the term keeps busy: the link it names, the compute device, or
+  // the CPU's attention beside a device.
+  enum class Kind { kLink, kCompute, kCpuAttention };
   std::string name;  // "cpu->gpu", "disk->cpu", "gemm", "attention (cpu)", ...
   Affine seconds;
+  Kind kind = Kind::kLink;
+  // The name of what it keeps busy, as the engine's report measures it: the
+  // link ("disk->cpu"), "compute" or "cpu attention".
+  std::string busy_name() const;
 };
 // The step lasts at least the sum of these terms.
 struct CostBound {
