@@ -136,7 +136,7 @@ std::string RunReport::prediction_warning() const {
 }
 
 std::string RunReport::busy_miss(bool faster) const {
-  if (!predicted || engine.blocks <= 0) return "";
+  if (!predicted || engine.blocks <= 0 || !(predicted->total_tokens_per_s > 0)) return "";
   // A link or queue busy for less than half the run cannot have set its
   // pace: measured so when the run was slower than predicted (a KV store's
   // latency behind the weight reads on the same disk, off the critical
