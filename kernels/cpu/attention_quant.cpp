@@ -30,9 +30,6 @@ namespace strata::cpu {
 
 namespace {
 
-// Attention outside the AVX-512 decode kernel dequantizes the pages it reads
-// into f32 pages, at most this many bytes at a time (one sequence at least).
-constexpr uint64_t kDequantBytes = uint64_t{256} << 20;
 constexpr int64_t kKeyBlock = kAttentionKeyBlock;
 
 // Bytes of one (token, kv head) row of a page.
@@ -440,11 +437,11 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
   // AVX-512): the pages the sequences read are dequantized once into f32
   // pages (a page several sequences read, such as a shared prompt prefix's,
   // once) and the f32 kernel runs on them, a run of sequences at a time
-  // whose pages fit kDequantBytes (at least one sequence).
+  // whose pages fit kKvDequantBytes (at least one sequence).
   const KeyLayout keys(kv.dtype, kv.page_size, kv.n_kv_head, kv.head_dim);
   const int64_t page_elems = kv.page_size * kv.n_kv_head * kv.head_dim;
   const uint64_t page_pair_bytes = 2 * static_cast<uint64_t>(page_elems) * sizeof(float);
-  std::vector<float> buf;
+  static thread_local std::vector<float> buf;
   for (int64_t s0 = 0; s0 < batch.n_seq;) {
     // The sub-batch s0 .. s1 - 1 with its pages renumbered 0, 1, ...
     std::vector<int32_t> q_indptr{0}, kv_len, page_indptr{0}, page_ids, src;
@@ -459,7 +456,7 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
         const int32_t* ids = seq_pages(batch, s1, l);
         for (int64_t i = 0; i < n_pg; ++i) n_new_src += index_of.count(ids[i]) == 0;
       }
-      if (s1 > s0 && (src.size() + n_new_src) * page_pair_bytes > kDequantBytes) break;
+      if (s1 > s0 && (src.size() + n_new_src) * page_pair_bytes > kKvDequantBytes) break;
       for (int64_t l = 0; l < batch.lists; ++l) {  // each kv head's list (or the one)
         const int32_t* ids = seq_pages(batch, s1, l);
         for (int64_t i = 0; i < n_pg; ++i) {
@@ -481,10 +478,11 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
     }
     const int64_t n_src = static_cast<int64_t>(src.size());
     buf.resize(static_cast<size_t>(n_src) * 2 * static_cast<size_t>(page_elems));
+    float* const base = buf.data();  // the calling thread's, named before the threads start
     std::vector<const void*> kp(src.size()), vp(src.size());
 #pragma omp parallel for schedule(static) num_threads(threads_for(n_src * page_elems * 4))
     for (int64_t u = 0; u < n_src; ++u) {
-      float* kd = buf.data() + static_cast<size_t>(2 * u * page_elems);
+      float* kd = base + static_cast<size_t>(2 * u * page_elems);
       float* vd = kd + page_elems;
       dequantize_page(kv, keys, src[static_cast<size_t>(u)], filled[static_cast<size_t>(u)], kd, vd);
       kp[static_cast<size_t>(u)] = kd;
@@ -510,6 +508,8 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
     }
     s0 = s1;
   }
+  // One long sequence's pages may have outgrown the cap: not kept.
+  if (buf.capacity() * sizeof(float) > kKvDequantBytes) std::vector<float>().swap(buf);
   return Status::kOk;
 }
 

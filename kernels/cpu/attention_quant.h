@@ -59,6 +59,17 @@ void kv_key_dequant(const void* k_page, DType dtype, int64_t page_size, int64_t 
 // format whose group divides head_dim.
 bool kv_quant_ok(DType dtype, int64_t head_dim);
 
+// Attention outside the AVX-512 decode kernel dequantizes the pages it reads
+// into f32 pages, at most this many bytes at a time (one sequence at least),
+// into a buffer the calling thread keeps from one call to the next (and
+// gives back when one sequence needed more). A buffer allocated afresh per
+// call was mapped and faulted in page by page each time once it passed the
+// allocator's 32 MiB mapping threshold: a decode step over q8 KV of 32
+// sequences x 1024 keys (the demo model's shape, 30 layers, AVX2) took
+// 2745 ms with 50 MB buffers, 730-900 ms reused, 8 MiB or 256 MiB at a time
+// alike within this machine's noise; 8 sequences x 256 keys 30-60 ms either way.
+inline constexpr uint64_t kKvDequantBytes = uint64_t{8} << 20;
+
 // As paged_attention / paged_attention_ref (kernels/cpu/attention.h) with
 // kv.dtype quantized. kUnsupported when !kv_quant_ok(kv.dtype, kv.head_dim)
 // or head_dim > kMaxHeadDim.

@@ -155,6 +155,23 @@ TEST_P(QuantAttention, MatchesReference) {
   for (const auto& c : cases) run_attention(t, c, seed += 31);
 }
 
+// More pages than the portable path dequantizes at a time: the sequences in
+// runs, each run's pages renumbered (decode, and two new tokens each, which
+// no kernel reads directly).
+TEST_P(QuantAttention, MatchesReferenceAcrossDequantizationRuns) {
+  const DType t = std::get<0>(GetParam());
+  const int64_t hd = dtype_info(t).block_elems == 128 ? 128 : 64;
+  AttnCase c{"runs", 16, 3, 3, hd, {}};
+  int64_t pages = 0;
+  for (int32_t i = 0; i < 24; ++i) {
+    c.seqs.push_back({300 + i, 1 + i % 2});
+    pages += (300 + i + 15) / 16;
+  }
+  const uint64_t f32_page_pair = 2 * 16 * 3 * static_cast<uint64_t>(hd) * sizeof(float);
+  ASSERT_GT(static_cast<uint64_t>(pages) * f32_page_pair, kKvDequantBytes);
+  run_attention(t, c, 900);
+}
+
 // Sequences sharing pages: decode (the AVX-512 kernel reads a shared page
 // per sequence; the portable path dequantizes it once for all) and the
 // prefill of the suffixes after a shared prefix (a shared page dequantized
