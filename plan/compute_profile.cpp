@@ -405,9 +405,9 @@ EngineCompute measure_engine_compute(const Model& model, const EngineOptions& eo
     }
     t.push_back(b.layer(kSlopeRows, long_ctx - 1, 1, Setting::kCold));
     t.push_back(b.layer(kSlopeRows, long_ctx - 1, 1, Setting::kCold, shared_pages));
-    t.push_back(b.layer(1, 0, long_prompt));
-    for (int64_t n : kPrefillSeqs) t.push_back(b.layer(n, 0, kPage));
-    t.push_back(b.layer(n_short, 0, kPage));
+    t.push_back(b.layer(1, 0, long_prompt, Setting::kCold));
+    for (int64_t n : kPrefillSeqs) t.push_back(b.layer(n, 0, kPage, Setting::kCold));
+    t.push_back(b.layer(n_short, 0, kPage, Setting::kCold));
     return t;
   };
   // Two passes, each point's faster median: a disturbance from elsewhere on
