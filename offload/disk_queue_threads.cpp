@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/thread_name.h"
 #include "offload/disk_queue.h"
 
 namespace strata::disk_detail {
@@ -45,6 +46,7 @@ class ThreadQueue final : public Queue {
 
  private:
   void work() {
+    name_this_thread("disk io");
     AlignedBuffer bounce(opt_.chunk_bytes);
     Chunk c;
     for (;;) {

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/thread_name.h"
 #include "offload/disk_queue.h"
 
 namespace strata::disk_detail {
@@ -75,6 +76,7 @@ class UringQueue final : public Queue {
   // Sets the ring up on this thread (the only one that will submit), reports
   // the outcome, then serves requests until stopped.
   void run(std::promise<std::string>& ready) {
+    name_this_thread("disk ring");
     const int depth = opt_.queue_depth;
     io_uring_params p{};
     p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN;

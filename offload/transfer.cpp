@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/thread_name.h"
 #include "kernels/backend.h"
 #include "offload/aligned_buffer.h"
 #include "offload/trace.h"
@@ -72,6 +73,7 @@ double TransferQueue::busy_s() const {
 }
 
 void TransferQueue::run() {
+  name_this_thread(name_);
   for (;;) {
     Item item;
     {
