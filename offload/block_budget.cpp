@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/attention_quant.h"
 #include "offload/kv_file.h"
 
 namespace strata {
@@ -68,6 +69,24 @@ uint64_t draft_block_bytes(const DraftMemory& d, const BlockShape& shape) {
          static_cast<uint64_t>(std::min(n_seqs, d.max_rows)) * d.row_bytes;
 }
 
+uint64_t kv_dequant_bytes(const KvGeometry& g, const BlockShape& shape) {
+  if (!is_quantized(g.dtype)) return 0;
+  // K and V of one page as f32.
+  const uint64_t page_pair = 2 * static_cast<uint64_t>(g.page_size * g.row()) * sizeof(float);
+  uint64_t longest = 0, largest_mb = 0;
+  for (const std::vector<int64_t>& mb : shape.stored) {
+    uint64_t total = 0;
+    for (const int64_t stored : mb) {
+      const uint64_t seq =
+          static_cast<uint64_t>(g.pages_for(stored + shape.decode_tokens)) * page_pair;
+      longest = std::max(longest, seq);
+      total += seq;
+    }
+    largest_mb = std::max(largest_mb, total);
+  }
+  return std::max(std::min(cpu::kKvDequantBytes, largest_mb), longest);
+}
+
 BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placement& placement,
                          const BlockShape& shape, const DraftMemory& draft) {
   const uint64_t record = KvFile::record_bytes_for(g);
@@ -98,6 +117,7 @@ BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placem
   m.scratch = forward_scratch_bytes(c, m.group_tokens);
   m.logits = static_cast<uint64_t>(rows * c.n_vocab) * sizeof(float);
   m.draft = draft_block_bytes(draft, shape);
+  m.kv_dequant = kv_dequant_bytes(g, shape);
   return m;
 }
 
@@ -108,7 +128,7 @@ BlockTiers block_tiers(const BlockMemory& m, MemoryMode mode) {
   switch (mode) {
     case MemoryMode::kHostMemory:
       t.kv_ram = m.kv_pages + m.kv_staging;
-      t.ram += t.kv_ram + m.working();
+      t.ram += t.kv_ram + m.working() + m.kv_dequant;
       break;
     case MemoryMode::kDeviceMemory:
       // The KV cache and its staging in device memory, the staging relayed
@@ -124,7 +144,7 @@ BlockTiers block_tiers(const BlockMemory& m, MemoryMode mode) {
       t.kv_device = m.attention_rows;
       t.kv_ram = m.kv_pages + m.kv_staging + m.attention_rows;
       t.device = m.working() + t.kv_device;
-      t.ram += t.kv_ram + m.logits;
+      t.ram += t.kv_ram + m.logits + m.kv_dequant;
       break;
   }
   return t;

@@ -15,6 +15,10 @@
 //   scratch        the forward's working memory for the largest group of
 //                  tokens computed at once (kMaxGroupTokens)
 //   logits         f32 rows of the step that hands out the most
+//   KV dequantized quantized KV's pages as f32 for the CPU attention kernel
+//                  (kernels/cpu/attention_quant.h), a run of a micro-batch's
+//                  sequences of at most kKvDequantBytes, or its longest
+//                  sequence alone (RAM: the CPU computes attention)
 //   attention rows the q/k/v rows copied down and the output rows copied up
 //                  of every micro-batch (CPU attention only)
 //   KV on disk     the KV file's records
@@ -81,6 +85,7 @@ struct BlockMemory {
   uint64_t logits = 0;
   uint64_t attention_rows = 0;         // q/k/v and output rows of every micro-batch (one copy)
   uint64_t draft = 0;                  // the draft model's KV cache and logits (RAM)
+  uint64_t kv_dequant = 0;             // quantized KV's f32 pages (CPU attention; RAM)
   int64_t group_tokens = 0;            // the largest group
   std::vector<int64_t> hidden_tokens;  // [n_mb] tokens of each micro-batch's largest step
 
@@ -93,6 +98,10 @@ struct BlockMemory {
 // every sequence's KV pages at its longest (its context and a draft, within
 // the draft's context) and a logits row per sequence of one pass.
 uint64_t draft_block_bytes(const DraftMemory& d, const BlockShape& shape);
+
+// The CPU attention kernel's f32 copy of quantized KV pages for a block of
+// this shape, at most (0 unless g.dtype is quantized).
+uint64_t kv_dequant_bytes(const KvGeometry& g, const BlockShape& shape);
 
 // `placement` as folded for the device; `draft`: the draft model's memory.
 BlockMemory block_memory(const ModelConfig& c, const KvGeometry& g, const Placement& placement,

@@ -25,6 +25,14 @@ std::string draft_part(const BlockMemory& m) {
                      : std::string();
 }
 
+// Quantized KV's f32 pages for the CPU attention kernel, in RAM where the
+// CPU computes attention.
+std::string dequant_part(const BlockMemory& m, MemoryMode mode) {
+  return m.kv_dequant > 0 && mode != MemoryMode::kDeviceMemory
+             ? fmt::format(", quantized KV dequantized for attention {}", mb(m.kv_dequant))
+             : std::string();
+}
+
 }  // namespace
 
 uint64_t available_ram_bytes() {
@@ -163,20 +171,21 @@ void TierBudgets::check_block(const BlockMemory& m, int64_t n_seqs, int64_t long
     if (host_need > ram_->budget()) {
       fail(
           "RAM budget {} (--cpu-mem) is below the {} a block of {} sequences of up to {} tokens "
-          "needs: weights kept in RAM and their staging {}, KV cache and staging {}, logits {}{}; "
+          "needs: weights kept in RAM and their staging {}, KV cache and staging {}, logits "
+          "{}{}{}; "
           "raise --cpu-mem or put more weights on disk (--percent)",
           mb(ram_->budget()), mb(host_need), n_seqs, longest, mb(fixed_ram_), mb(t.kv_ram),
-          mb(m.logits), draft_part(m));
+          mb(m.logits), dequant_part(m, mode_), draft_part(m));
     }
   } else if (fixed_ram_ + t.ram > ram_->budget()) {
     fail(
         "RAM budget {} ({}) is below the {} a block of {} sequences of up to {} tokens needs: "
         "weights and their staging {}, KV cache {} ({} pages) + staging {}, activations {}, "
-        "working memory {}, logits {}{}; raise the budget, lower the batch size or put more on "
+        "working memory {}, logits {}{}{}; raise the budget, lower the batch size or put more on "
         "disk (--percent)",
         mb(ram_->budget()), ram_flags(), mb(fixed_ram_ + t.ram), n_seqs, longest, mb(fixed_ram_),
         mb(m.kv_pages), m.kv.backed_pages, mb(m.kv_staging), mb(m.hidden), mb(m.scratch),
-        mb(m.logits), draft_part(m));
+        mb(m.logits), dequant_part(m, mode_), draft_part(m));
   }
   const uint64_t disk_need = weights_disk + t.disk;
   if (disk_need > disk_->budget()) {

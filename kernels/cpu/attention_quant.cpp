@@ -477,7 +477,14 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
       page_indptr.push_back(static_cast<int32_t>(page_ids.size()));
     }
     const int64_t n_src = static_cast<int64_t>(src.size());
-    buf.resize(static_cast<size_t>(n_src) * 2 * static_cast<size_t>(page_elems));
+    const size_t need = static_cast<size_t>(n_src) * 2 * static_cast<size_t>(page_elems);
+    if (buf.size() < need) {
+      // Grown to exactly what this run needs, the old buffer let go first:
+      // never both at once, nor a vector's doubled capacity (the block
+      // budget counts this buffer: kv_dequant_bytes, offload/block_budget.h).
+      std::vector<float>().swap(buf);
+      buf.resize(need);
+    }
     float* const base = buf.data();  // the calling thread's, named before the threads start
     std::vector<const void*> kp(src.size()), vp(src.size());
 #pragma omp parallel for schedule(static) num_threads(threads_for(n_src * page_elems * 4))
@@ -509,7 +516,7 @@ Status paged_attention_quant(float* out, int64_t out_stride, const float* q, int
     s0 = s1;
   }
   // One long sequence's pages may have outgrown the cap: not kept.
-  if (buf.capacity() * sizeof(float) > kKvDequantBytes) std::vector<float>().swap(buf);
+  if (buf.size() * sizeof(float) > kKvDequantBytes) std::vector<float>().swap(buf);
   return Status::kOk;
 }
 

@@ -68,6 +68,9 @@ bool kv_quant_ok(DType dtype, int64_t head_dim);
 // sequences x 1024 keys (the demo model's shape, 30 layers, AVX2) took
 // 2745 ms with 50 MB buffers, 730-900 ms reused, 8 MiB or 256 MiB at a time
 // alike within this machine's noise; 8 sequences x 256 keys 30-60 ms either way.
+// The buffer holds a run of sequences of at most this many bytes, or one
+// sequence's pages alone when they are more (kv_dequant_bytes in
+// offload/block_budget.h bounds it for a block).
 inline constexpr uint64_t kKvDequantBytes = uint64_t{8} << 20;
 
 // As paged_attention / paged_attention_ref (kernels/cpu/attention.h) with
