@@ -172,8 +172,7 @@ void TierBudgets::check_block(const BlockMemory& m, int64_t n_seqs, int64_t long
       fail(
           "RAM budget {} (--cpu-mem) is below the {} a block of {} sequences of up to {} tokens "
           "needs: weights kept in RAM and their staging {}, KV cache and staging {}, logits "
-          "{}{}{}; "
-          "raise --cpu-mem or put more weights on disk (--percent)",
+          "{}{}{}; raise --cpu-mem or put more weights on disk (--percent)",
           mb(ram_->budget()), mb(host_need), n_seqs, longest, mb(fixed_ram_), mb(t.kv_ram),
           mb(m.logits), dequant_part(m, mode_), draft_part(m));
     }

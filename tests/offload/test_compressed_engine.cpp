@@ -49,11 +49,12 @@
 
 #include "core/error.h"
 #include "model/model.h"
+#include "offload/engine_goldens.h"
 #include "offload/offload_engine.h"
 #include "offload/pack_weights.h"
+#include "offload/plan_fit.h"
 #include "quant/convert.h"
 #include "quant/quant.h"
-#include "offload/engine_goldens.h"
 
 namespace strata {
 namespace {
@@ -390,6 +391,32 @@ TEST(CompressedKvOnDisk, GivesTheBitsOfTheRunInRam) {
     for (size_t p = 0; p < a.steps.size(); ++p) EXPECT_EQ(a.steps[p], b.steps[p]) << p;
   }
   fs::remove_all(dir);
+  fs::remove_all(temp_dir("hd32_llama"));
+}
+
+// Quantized KV's pages dequantized to f32 for the CPU attention kernel are
+// in the block's RAM (offload/block_budget.h: kv_dequant_bytes): a RAM
+// budget a byte short of the block is refused, naming them; the block's
+// need is accepted.
+TEST(CompressedKvBudget, TheDequantizedPagesAreCountedAndNamed) {
+  const Fixture f = halved_heads("llama");
+  EngineOptions o = options(DType::kQ8A32);
+  o.plan_prompt_tokens = 20;
+  o.plan_new_tokens = 8;
+  const PlanFit fit = plan_fit(*f.model, o, device_caps("cpu"), 0);
+  ASSERT_TRUE(fit.refusal.empty()) << fit.refusal;
+  o.gpu_mem = 0;
+  o.cpu_mem = fit.need.ram - 1;
+  try {
+    make_engine(*f.model, o);
+    FAIL() << "a RAM budget a byte short of the block was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("quantized KV dequantized for attention"),
+              std::string::npos)
+        << e.what();
+  }
+  o.cpu_mem = fit.need.ram;
+  EXPECT_NO_THROW(make_engine(*f.model, o));
   fs::remove_all(temp_dir("hd32_llama"));
 }
 
