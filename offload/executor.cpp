@@ -67,6 +67,10 @@ void Executor::add_stats(EngineStats& s) const {
       EngineStats::Link& d = s.links[name];
       d.bytes += l.bytes;
       d.busy_s += l.busy_s;
+      for (const auto& [kind, part] : l.by_kind) {
+        d.by_kind[kind].bytes += part.bytes;
+        d.by_kind[kind].busy_s += part.busy_s;
+      }
     }
     if (q->last() > 0) s.queue_busy_s[q->name()] += q->busy_s();
   }

@@ -102,6 +102,11 @@ void TransferQueue::run() {
           EngineStats::Link& l = links_[item.link.substr(b, e - b)];
           l.bytes += item.bytes;
           l.busy_s += dur;
+          if (!item.label.cat.empty()) {
+            EngineStats::LinkPart& part = l.by_kind[item.label.cat];
+            part.bytes += item.bytes;
+            part.busy_s += dur;
+          }
           b = e + 1;
         }
         busy_s_ += dur;

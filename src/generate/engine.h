@@ -74,9 +74,15 @@ struct EngineStats {
   // Speculative decoding: draft tokens fed to decode steps (verified) and
   // those the caller accepted.
   int64_t drafted_tokens = 0, accepted_tokens = 0;
-  struct Link {
+  struct LinkPart {
     uint64_t bytes = 0;
     double busy_s = 0;
+  };
+  struct Link : LinkPart {
+    // The same by what moved: "weights", "kv", "activations" (a link's
+    // weights and KV can run at very different rates: a disk's small KV
+    // reads wait behind the weight reads issued with them).
+    std::map<std::string, LinkPart> by_kind;
   };
   std::map<std::string, Link> links;           // "disk->cpu", "cpu->gpu", ...
   std::map<std::string, double> queue_busy_s;  // "compute", "load", "store", ...

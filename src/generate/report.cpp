@@ -64,6 +64,13 @@ nlohmann::ordered_json RunReport::to_json() const {
     e["bytes"] = l.bytes;
     e["busy_s"] = l.busy_s;
     if (auto v = rate(static_cast<double>(l.bytes) / 1e9, l.busy_s)) e["gb_per_s"] = *v;
+    for (const auto& [kind, part] : l.by_kind) {
+      nlohmann::ordered_json k;
+      k["bytes"] = part.bytes;
+      k["busy_s"] = part.busy_s;
+      if (auto v = rate(static_cast<double>(part.bytes) / 1e9, part.busy_s)) k["gb_per_s"] = *v;
+      e["by_kind"][kind] = k;
+    }
     links[name] = e;
   }
   j["links"] = links;
@@ -218,11 +225,17 @@ void RunReport::print(std::FILE* out) const {
                                        static_cast<double>(engine.drafted_tokens)));
   }
   if (draft_s > 0) row("draft model", fmt::format("{:.3f} s of the decode", draft_s));
-  for (const auto& [name, l] : engine.links) {
+  auto link_text = [](const EngineStats::LinkPart& l) {
     auto gbs = rate(static_cast<double>(l.bytes) / 1e9, l.busy_s);
-    row("link " + name,
-        fmt::format("{} in {:.3f} s busy  {}", human_bytes(static_cast<double>(l.bytes)), l.busy_s,
-                    gbs ? fmt::format("{:.2f} GB/s", *gbs) : "-"));
+    return fmt::format("{} in {:.3f} s busy  {}", human_bytes(static_cast<double>(l.bytes)),
+                       l.busy_s, gbs ? fmt::format("{:.2f} GB/s", *gbs) : "-");
+  };
+  for (const auto& [name, l] : engine.links) {
+    row("link " + name, link_text(l));
+    // What moved on it, when more than one kind did.
+    if (l.by_kind.size() > 1) {
+      for (const auto& [kind, part] : l.by_kind) row("  " + kind, link_text(part));
+    }
   }
   for (const auto& [tier, b] : engine.peak_bytes) {
     row("peak " + tier, human_bytes(static_cast<double>(b)));
@@ -308,6 +321,12 @@ EngineStats stats_since(const EngineStats& now, const EngineStats& before) {
     if (it == before.links.end()) continue;
     l.bytes -= std::min(l.bytes, it->second.bytes);
     l.busy_s -= it->second.busy_s;
+    for (auto& [kind, part] : l.by_kind) {
+      auto was = it->second.by_kind.find(kind);
+      if (was == it->second.by_kind.end()) continue;
+      part.bytes -= std::min(part.bytes, was->second.bytes);
+      part.busy_s -= was->second.busy_s;
+    }
   }
   for (auto& [queue, s] : d.queue_busy_s) {
     auto it = before.queue_busy_s.find(queue);

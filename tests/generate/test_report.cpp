@@ -37,8 +37,8 @@ TEST(Report, JsonHasTheStableNames) {
   r.engine.generated_tokens = 44;
   r.engine.prefill_s = 0.5;
   r.engine.decode_s = 1.0;
-  r.engine.links["disk->cpu"] = {2'000'000'000, 0.5};
-  r.engine.links["cpu->gpu"] = {0, 0.0};
+  r.engine.links["disk->cpu"] = {{2'000'000'000, 0.5}, {}};
+  r.engine.links["cpu->gpu"] = {{0, 0.0}, {}};
   r.engine.peak_bytes["cpu"] = 1 << 20;
   r.engine.queue_busy_s["compute"] = 1.2;
   const auto j = r.to_json();
@@ -70,6 +70,44 @@ TEST(Report, JsonHasTheStableNames) {
   EXPECT_NE(table.find("decode"), std::string::npos);
   EXPECT_NE(table.find("40.0 tok/s"), std::string::npos) << table;
   EXPECT_NE(table.find("4.00 GB/s"), std::string::npos) << table;
+}
+
+// A link's bytes and busy time by what moved on it: in the JSON, and as rows
+// under the link's when more than one kind did; a block's share (the stats
+// since an earlier snapshot) subtracts them too.
+TEST(Report, LinksByKind) {
+  RunReport r;
+  r.total_s = 2.0;
+  EngineStats::Link& disk = r.engine.links["disk->cpu"];
+  disk.bytes = 3'000'000'000;
+  disk.busy_s = 2.0;
+  disk.by_kind["weights"] = {2'000'000'000, 0.5};
+  disk.by_kind["kv"] = {1'000'000'000, 1.5};
+  EngineStats::Link& store = r.engine.links["cpu->disk"];
+  store.bytes = 1000;
+  store.busy_s = 0.1;
+  store.by_kind["kv"] = {1000, 0.1};
+  const auto j = r.to_json();
+  EXPECT_DOUBLE_EQ(j["links"]["disk->cpu"]["by_kind"]["weights"]["gb_per_s"].get<double>(), 4.0);
+  EXPECT_EQ(j["links"]["disk->cpu"]["by_kind"]["kv"]["bytes"].get<uint64_t>(), 1'000'000'000u);
+  EXPECT_DOUBLE_EQ(j["links"]["disk->cpu"]["by_kind"]["kv"]["busy_s"].get<double>(), 1.5);
+  const std::string table = printed(r);
+  EXPECT_NE(table.find("    weights "), std::string::npos) << table;
+  EXPECT_NE(table.find("    kv "), std::string::npos) << table;
+  EXPECT_NE(table.find("0.67 GB/s"), std::string::npos) << table;  // the KV's rate
+  // One kind on a link (cpu->disk): no rows of its own; disk->cpu's kv row only.
+  const size_t kv_row = table.find("    kv ");
+  EXPECT_EQ(table.find("    kv ", kv_row + 1), std::string::npos) << table;
+  EXPECT_GT(kv_row, table.find("link disk->cpu")) << table;
+
+  EngineStats before;
+  before.links["disk->cpu"].bytes = 1'000'000'000;
+  before.links["disk->cpu"].busy_s = 1.0;
+  before.links["disk->cpu"].by_kind["kv"] = {400'000'000, 0.9};
+  const EngineStats d = stats_since(r.engine, before);
+  EXPECT_EQ(d.links.at("disk->cpu").by_kind.at("kv").bytes, 600'000'000u);
+  EXPECT_NEAR(d.links.at("disk->cpu").by_kind.at("kv").busy_s, 0.6, 1e-12);
+  EXPECT_EQ(d.links.at("disk->cpu").by_kind.at("weights").bytes, 2'000'000'000u);
 }
 
 TEST(Report, SaysSoWhenTheMeasuredTotalMissesThePredictionByMoreThanAQuarter) {
@@ -110,8 +148,8 @@ TEST(Report, NamesTheBusyTimeThatMissedItsPredictionMost) {
   pred.total_tokens_per_s = 100;  // measured 50 % below
   pred.block_busy_s = {{"disk->cpu", 0.5}, {"compute", 0.6}, {"cpu->disk", 0.01}, {"cpu->gpu", 1}};
   r.predicted = pred;
-  r.engine.links["disk->cpu"] = {1'000'000, 1.6};  // 1.0 s predicted: 0.6 s more
-  r.engine.links["cpu->disk"] = {1'000, 0.5};      // 0.02 s predicted: 25x, 0.48 s more
+  r.engine.links["disk->cpu"] = {{1'000'000, 1.6}, {}};  // 1.0 s predicted: 0.6 s more
+  r.engine.links["cpu->disk"] = {{1'000, 0.5}, {}};      // 0.02 s predicted: 25x, 0.48 s more
   r.engine.queue_busy_s["compute"] = 1.3;          // 1.2 s predicted: within a quarter
   // ("cpu->gpu" is not measured in this run: left out.)
   EXPECT_EQ(r.busy_miss(false), " (disk->cpu was busy 1.60 s, 1.60x the 1.00 s predicted)");

@@ -88,6 +88,11 @@ TEST(Transfer, CopiesBetweenRamAndDiskInQueueOrder) {
   EXPECT_EQ(sl.at("cpu->disk").bytes, written);
   EXPECT_EQ(sl.at("cpu->cpu").bytes, copy.size());
   EXPECT_EQ(loads.links().at("disk->cpu").bytes, written);
+  // The same by what moved (the labels' kinds).
+  ASSERT_EQ(sl.at("cpu->disk").by_kind.size(), 1u);
+  EXPECT_EQ(sl.at("cpu->disk").by_kind.at("kv").bytes, written);
+  EXPECT_DOUBLE_EQ(sl.at("cpu->disk").by_kind.at("kv").busy_s, sl.at("cpu->disk").busy_s);
+  EXPECT_EQ(sl.at("cpu->cpu").by_kind.at("activations").bytes, copy.size());
   EXPECT_EQ(mover.link_name(Tier::kDisk, Tier::kGpu), "disk->cpu");
   double sum = 0, end = -1;
   for (const Trace::Span& s : trace->spans()) {
